@@ -1,0 +1,506 @@
+//! The ExecutionGraph: the JobGraph parallelised. One ExecutionVertex per subtask, one Execution per
+//! attempt, one IntermediateResultPartition per producer subtask and result.
+//!
+//! Connections are stored as consumed partition groups (Flink's `ConsumedPartitionGroup` /
+//! `ConsumerVertexGroup`, FLINK-21110): a group is a contiguous range of partitions of one result read
+//! by a contiguous range of consumer subtasks. An ALL_TO_ALL edge is a single group (all partitions, all
+//! consumers), so a 10,000 x 10,000 edge costs one group, not 10^8 pointers.
+
+use std::fmt;
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::job_graph::{DistributionPattern, JobGraph, ResultIndex, ResultPartitionType, VertexIndex};
+use crate::state::ExecutionState;
+
+/// Flink's `jobmanager.execution.attempts-history-size` default: prior attempts kept per vertex.
+pub const ATTEMPT_HISTORY_SIZE: usize = 16;
+
+/// One subtask: `vertex#subtask`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ExecutionVertexId {
+    pub vertex: VertexIndex,
+    pub subtask: u32,
+}
+
+impl ExecutionVertexId {
+    pub fn new(vertex: u32, subtask: u32) -> Self {
+        ExecutionVertexId {
+            vertex: VertexIndex(vertex),
+            subtask,
+        }
+    }
+}
+
+/// One partition: the part of a result one producer subtask writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PartitionId {
+    pub result: ResultIndex,
+    pub partition: u32,
+}
+
+/// Index of a [`ConsumedPartitionGroup`] in its ExecutionGraph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GroupIndex(pub u32);
+
+/// One attempt at running a subtask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Execution {
+    pub attempt: u32,
+    pub state: ExecutionState,
+}
+
+/// One subtask of a JobVertex with its current attempt and the ones before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionVertex {
+    pub id: ExecutionVertexId,
+    /// One group per input of the JobVertex, in input order.
+    pub consumed: Vec<GroupIndex>,
+    pub current: Execution,
+    /// Earlier attempts, oldest first, at most [`ATTEMPT_HISTORY_SIZE`].
+    pub prior: Vec<Execution>,
+}
+
+/// All subtasks of one JobVertex.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutionJobVertex {
+    pub index: VertexIndex,
+    pub parallelism: u32,
+    pub subtasks: Vec<ExecutionVertex>,
+}
+
+/// The partition a producer subtask writes for one result. Its consumers are the group it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntermediateResultPartition {
+    pub id: PartitionId,
+    pub group: GroupIndex,
+}
+
+/// The parallel form of one IntermediateDataSet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntermediateResult {
+    pub index: ResultIndex,
+    pub producer: VertexIndex,
+    pub consumer: VertexIndex,
+    pub partition_type: ResultPartitionType,
+    pub pattern: DistributionPattern,
+    pub partitions: Vec<IntermediateResultPartition>,
+}
+
+/// A contiguous range of a result's partitions, read by a contiguous range of consumer subtasks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedPartitionGroup {
+    pub result: ResultIndex,
+    pub partitions: Range<u32>,
+    pub consumer: VertexIndex,
+    pub consumers: Range<u32>,
+}
+
+/// The parallel form of a [`JobGraph`], with the state of every execution.
+#[derive(Debug, Clone)]
+pub struct ExecutionGraph {
+    job_graph: JobGraph,
+    vertices: Vec<ExecutionJobVertex>,
+    results: Vec<IntermediateResult>,
+    groups: Vec<ConsumedPartitionGroup>,
+    /// Global index of subtask 0 of each JobVertex; a dense numbering of all subtasks.
+    offsets: Vec<u32>,
+}
+
+impl ExecutionGraph {
+    /// Expands a validated JobGraph. Cost is linear in subtasks plus partitions, whatever the edges.
+    pub fn new(job_graph: JobGraph) -> Self {
+        let mut offsets = Vec::with_capacity(job_graph.vertices().len());
+        let mut total = 0u32;
+        let mut vertices: Vec<ExecutionJobVertex> = job_graph
+            .vertices()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                offsets.push(total);
+                total += v.parallelism;
+                let index = VertexIndex(i as u32);
+                let subtasks = (0..v.parallelism)
+                    .map(|subtask| ExecutionVertex {
+                        id: ExecutionVertexId {
+                            vertex: index,
+                            subtask,
+                        },
+                        consumed: Vec::with_capacity(job_graph.inputs(index).len()),
+                        current: Execution {
+                            attempt: 0,
+                            state: ExecutionState::Created,
+                        },
+                        prior: Vec::new(),
+                    })
+                    .collect();
+                ExecutionJobVertex {
+                    index,
+                    parallelism: v.parallelism,
+                    subtasks,
+                }
+            })
+            .collect();
+        let mut results = Vec::with_capacity(job_graph.data_sets().len());
+        let mut groups = Vec::new();
+        for (r, ds) in job_graph.data_sets().iter().enumerate() {
+            let result = ResultIndex(r as u32);
+            let sp = job_graph.vertex(ds.producer).parallelism;
+            let tp = job_graph.vertex(ds.consumer).parallelism;
+            let mut partitions: Vec<IntermediateResultPartition> = (0..sp)
+                .map(|p| IntermediateResultPartition {
+                    id: PartitionId { result, partition: p },
+                    group: GroupIndex(0),
+                })
+                .collect();
+            let consumers = &mut vertices[ds.consumer.0 as usize].subtasks;
+            let mut connect = |parts: Range<u32>, cons: Range<u32>| {
+                let g = GroupIndex(groups.len() as u32);
+                for p in parts.clone() {
+                    partitions[p as usize].group = g;
+                }
+                for c in cons.clone() {
+                    consumers[c as usize].consumed.push(g);
+                }
+                groups.push(ConsumedPartitionGroup {
+                    result,
+                    partitions: parts,
+                    consumer: ds.consumer,
+                    consumers: cons,
+                });
+            };
+            match ds.pattern {
+                DistributionPattern::AllToAll => connect(0..sp, 0..tp),
+                // Flink's EdgeManagerBuildUtil.connectPointwise.
+                DistributionPattern::Pointwise if sp == tp => {
+                    (0..sp).for_each(|i| connect(i..i + 1, i..i + 1))
+                }
+                DistributionPattern::Pointwise if sp > tp => (0..tp).for_each(|i| {
+                    let (start, end) = (
+                        i as u64 * sp as u64 / tp as u64,
+                        (i as u64 + 1) * sp as u64 / tp as u64,
+                    );
+                    connect(start as u32..end as u32, i..i + 1)
+                }),
+                DistributionPattern::Pointwise => (0..sp).for_each(|p| {
+                    let start = (p as u64 * tp as u64).div_ceil(sp as u64);
+                    let end = ((p as u64 + 1) * tp as u64).div_ceil(sp as u64);
+                    connect(p..p + 1, start as u32..end as u32)
+                }),
+            }
+            results.push(IntermediateResult {
+                index: result,
+                producer: ds.producer,
+                consumer: ds.consumer,
+                partition_type: ds.partition_type,
+                pattern: ds.pattern,
+                partitions,
+            });
+        }
+        ExecutionGraph {
+            job_graph,
+            vertices,
+            results,
+            groups,
+            offsets,
+        }
+    }
+
+    pub fn job_graph(&self) -> &JobGraph {
+        &self.job_graph
+    }
+
+    pub fn job_vertices(&self) -> &[ExecutionJobVertex] {
+        &self.vertices
+    }
+
+    pub fn job_vertex(&self, index: VertexIndex) -> &ExecutionJobVertex {
+        &self.vertices[index.0 as usize]
+    }
+
+    pub fn results(&self) -> &[IntermediateResult] {
+        &self.results
+    }
+
+    pub fn result(&self, index: ResultIndex) -> &IntermediateResult {
+        &self.results[index.0 as usize]
+    }
+
+    pub fn groups(&self) -> &[ConsumedPartitionGroup] {
+        &self.groups
+    }
+
+    pub fn group(&self, index: GroupIndex) -> &ConsumedPartitionGroup {
+        &self.groups[index.0 as usize]
+    }
+
+    /// Number of subtasks over all vertices.
+    pub fn task_count(&self) -> usize {
+        self.vertices.iter().map(|v| v.subtasks.len()).sum()
+    }
+
+    /// Every subtask, vertex by vertex in topological order.
+    pub fn execution_vertices(&self) -> impl Iterator<Item = &ExecutionVertex> {
+        self.vertices.iter().flat_map(|v| v.subtasks.iter())
+    }
+
+    /// Dense index of a subtask in `0..task_count()`.
+    pub fn global_index(&self, id: ExecutionVertexId) -> usize {
+        (self.offsets[id.vertex.0 as usize] + id.subtask) as usize
+    }
+
+    /// Inverse of [`ExecutionGraph::global_index`].
+    pub fn vertex_at(&self, global: usize) -> ExecutionVertexId {
+        let v = self.offsets.partition_point(|&o| o as usize <= global) - 1;
+        ExecutionVertexId {
+            vertex: VertexIndex(v as u32),
+            subtask: global as u32 - self.offsets[v],
+        }
+    }
+
+    pub fn contains(&self, id: ExecutionVertexId) -> bool {
+        self.vertices
+            .get(id.vertex.0 as usize)
+            .is_some_and(|v| id.subtask < v.parallelism)
+    }
+
+    pub fn execution_vertex(&self, id: ExecutionVertexId) -> Result<&ExecutionVertex> {
+        if !self.contains(id) {
+            return Err(Error::UnknownExecutionVertex {
+                vertex: format!("{id:?}"),
+            });
+        }
+        Ok(&self.vertices[id.vertex.0 as usize].subtasks[id.subtask as usize])
+    }
+
+    /// `vertex#subtask`, the task name users see.
+    pub fn task_name(&self, id: ExecutionVertexId) -> String {
+        format!("{}#{}", self.job_graph.vertex(id.vertex).id, id.subtask)
+    }
+
+    /// Partitions a subtask produces: partition `subtask` of every result of its vertex.
+    pub fn produced_partitions(&self, id: ExecutionVertexId) -> impl Iterator<Item = PartitionId> + '_ {
+        self.job_graph
+            .outputs(id.vertex)
+            .iter()
+            .map(move |&result| PartitionId {
+                result,
+                partition: id.subtask,
+            })
+    }
+
+    /// The subtask that produces a partition.
+    pub fn producer_of(&self, partition: PartitionId) -> ExecutionVertexId {
+        ExecutionVertexId {
+            vertex: self.result(partition.result).producer,
+            subtask: partition.partition,
+        }
+    }
+
+    /// The group a partition belongs to (each partition has exactly one: one consumer edge per result).
+    pub fn group_of(&self, partition: PartitionId) -> GroupIndex {
+        self.result(partition.result).partitions[partition.partition as usize].group
+    }
+
+    /// Moves the current attempt of a subtask to a new state, refusing moves seed 002 does not allow.
+    pub fn transition(&mut self, id: ExecutionVertexId, to: ExecutionState) -> Result<Execution> {
+        let name = self.task_name_checked(id)?;
+        let ev = &mut self.vertices[id.vertex.0 as usize].subtasks[id.subtask as usize];
+        let from = ev.current.state;
+        if !from.can_transition_to(to) {
+            return Err(Error::IllegalExecutionTransition {
+                vertex: name,
+                attempt: ev.current.attempt,
+                from,
+                to,
+            });
+        }
+        ev.current.state = to;
+        Ok(ev.current)
+    }
+
+    /// Starts a new attempt (CREATED) for a subtask whose current attempt is terminal; the old attempt
+    /// joins the bounded history.
+    pub fn new_attempt(&mut self, id: ExecutionVertexId) -> Result<Execution> {
+        let name = self.task_name_checked(id)?;
+        let ev = &mut self.vertices[id.vertex.0 as usize].subtasks[id.subtask as usize];
+        if !ev.current.state.is_terminal() {
+            return Err(Error::IllegalExecutionTransition {
+                vertex: name,
+                attempt: ev.current.attempt,
+                from: ev.current.state,
+                to: ExecutionState::Created,
+            });
+        }
+        if ev.prior.len() == ATTEMPT_HISTORY_SIZE {
+            ev.prior.remove(0);
+        }
+        ev.prior.push(ev.current);
+        ev.current = Execution {
+            attempt: ev.current.attempt + 1,
+            state: ExecutionState::Created,
+        };
+        Ok(ev.current)
+    }
+
+    fn task_name_checked(&self, id: ExecutionVertexId) -> Result<String> {
+        if !self.contains(id) {
+            return Err(Error::UnknownExecutionVertex {
+                vertex: format!("{id:?}"),
+            });
+        }
+        Ok(self.task_name(id))
+    }
+}
+
+impl fmt::Display for ExecutionVertexId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}#{}", self.vertex.0, self.subtask)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job_graph::Partitioner;
+
+    fn consumed_partitions(g: &ExecutionGraph, vertex: u32) -> Vec<Vec<u32>> {
+        g.job_vertex(VertexIndex(vertex))
+            .subtasks
+            .iter()
+            .map(|ev| {
+                ev.consumed
+                    .iter()
+                    .flat_map(|&gi| g.group(gi).partitions.clone())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn pointwise(sp: u32, tp: u32) -> ExecutionGraph {
+        ExecutionGraph::new(
+            JobGraph::test()
+                .vertex("a", sp)
+                .vertex("b", tp)
+                .edge("a", "b", Partitioner::Rescale)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn pointwise_equal_parallelism_is_one_to_one() {
+        assert_eq!(
+            consumed_partitions(&pointwise(3, 3), 1),
+            vec![vec![0], vec![1], vec![2]]
+        );
+    }
+
+    #[test]
+    fn pointwise_more_producers_than_consumers() {
+        // Flink: consumer i reads [i*sp/tp, (i+1)*sp/tp).
+        assert_eq!(
+            consumed_partitions(&pointwise(5, 2), 1),
+            vec![vec![0, 1], vec![2, 3, 4]]
+        );
+        assert_eq!(
+            consumed_partitions(&pointwise(4, 3), 1),
+            vec![vec![0], vec![1], vec![2, 3]]
+        );
+    }
+
+    #[test]
+    fn pointwise_fewer_producers_than_consumers() {
+        // Flink: partition p feeds consumers [ceil(p*tp/sp), ceil((p+1)*tp/sp)).
+        assert_eq!(
+            consumed_partitions(&pointwise(2, 5), 1),
+            vec![vec![0], vec![0], vec![0], vec![1], vec![1]]
+        );
+        let g = pointwise(3, 4);
+        assert_eq!(
+            consumed_partitions(&g, 1),
+            vec![vec![0], vec![0], vec![1], vec![2]]
+        );
+        // Every partition is consumed by someone.
+        let mut covered: Vec<u32> = consumed_partitions(&g, 1).concat();
+        covered.dedup();
+        assert_eq!(covered, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn all_to_all_is_one_group() {
+        let g = ExecutionGraph::new(
+            JobGraph::test()
+                .vertex("a", 300)
+                .vertex("b", 200)
+                .edge("a", "b", Partitioner::Hash)
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(g.groups().len(), 1);
+        assert_eq!(g.group(GroupIndex(0)).partitions, 0..300);
+        assert_eq!(g.group(GroupIndex(0)).consumers, 0..200);
+        assert!(
+            g.job_vertex(VertexIndex(1))
+                .subtasks
+                .iter()
+                .all(|s| s.consumed == [GroupIndex(0)])
+        );
+        assert_eq!(g.task_count(), 500);
+    }
+
+    #[test]
+    fn global_index_round_trips() {
+        let g = pointwise(3, 4);
+        for (i, ev) in g.execution_vertices().enumerate() {
+            assert_eq!(g.global_index(ev.id), i);
+            assert_eq!(g.vertex_at(i), ev.id);
+        }
+    }
+
+    #[test]
+    fn attempts_follow_the_state_machine_and_keep_history() {
+        let mut g = pointwise(1, 1);
+        let id = ExecutionVertexId::new(0, 0);
+        for s in [
+            ExecutionState::Scheduled,
+            ExecutionState::Deploying,
+            ExecutionState::Initializing,
+        ] {
+            g.transition(id, s).unwrap();
+        }
+        let err = g.transition(id, ExecutionState::Finished).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "illegal execution state transition INITIALIZING -> FINISHED for a#0 attempt 0"
+        );
+        assert!(g.new_attempt(id).is_err(), "a live attempt cannot be replaced");
+        g.transition(id, ExecutionState::Failed).unwrap();
+        let next = g.new_attempt(id).unwrap();
+        assert_eq!(
+            next,
+            Execution {
+                attempt: 1,
+                state: ExecutionState::Created
+            }
+        );
+        let ev = g.execution_vertex(id).unwrap();
+        assert_eq!(
+            ev.prior,
+            vec![Execution {
+                attempt: 0,
+                state: ExecutionState::Failed
+            }]
+        );
+        for _ in 0..40 {
+            g.transition(id, ExecutionState::Failed).unwrap();
+            g.new_attempt(id).unwrap();
+        }
+        let ev = g.execution_vertex(id).unwrap();
+        assert_eq!(ev.prior.len(), ATTEMPT_HISTORY_SIZE);
+        assert_eq!(ev.current.attempt, 41);
+        assert!(g.execution_vertex(ExecutionVertexId::new(0, 9)).is_err());
+    }
+}

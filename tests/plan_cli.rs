@@ -1,0 +1,170 @@
+//! `floe plan` as a user runs it: the built binary on example graph files.
+
+#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn floe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("floe runs")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = floe(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("valid JSON")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn seed_example_on_two_taskmanagers_with_three_slots() {
+    let v = json(&[
+        "plan",
+        "--graph",
+        "examples/seed-graph.yaml",
+        "--taskmanagers",
+        "2",
+        "--slots",
+        "3",
+        "--format",
+        "json",
+    ]);
+    let slots = v["slots"].as_array().unwrap();
+    assert_eq!(slots.len(), 4);
+    for (k, s) in slots.iter().enumerate() {
+        assert_eq!(s["taskmanager"], if k < 3 { 0 } else { 1 });
+        let mut expected = vec![format!("source#{k}"), format!("map#{k}")];
+        if k < 3 {
+            expected.push(format!("reduce#{k}"));
+        }
+        assert_eq!(strings(&s["tasks"]), expected);
+    }
+    // Default shuffle mode is ALL_EXCHANGES_BLOCKING: one region per task.
+    assert_eq!(v["regions"].as_array().unwrap().len(), 11);
+    assert_eq!(v["vertices"].as_array().unwrap().len(), 3);
+    assert_eq!(v["vertices"][2]["parallelism"], 3);
+}
+
+#[test]
+fn shuffle_modes_cut_regions_differently() {
+    let count = |mode: &str| {
+        let v = json(&[
+            "plan",
+            "--graph",
+            "examples/seed-graph.yaml",
+            "--shuffle-mode",
+            mode,
+            "--format",
+            "json",
+        ]);
+        v["regions"].as_array().unwrap().len()
+    };
+    assert_eq!(count("ALL_EXCHANGES_BLOCKING"), 11);
+    assert_eq!(count("FORWARD_EXCHANGES_PIPELINED"), 7);
+    assert_eq!(count("POINTWISE_EXCHANGES_PIPELINED"), 7);
+    assert_eq!(count("ALL_EXCHANGES_PIPELINED"), 1);
+    let v = json(&[
+        "plan",
+        "--graph",
+        "examples/seed-graph.yaml",
+        "--shuffle-mode",
+        "FORWARD_EXCHANGES_PIPELINED",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(strings(&v["regions"][0]["tasks"]), ["source#0", "map#0"]);
+    // Without --taskmanagers: the fewest slots that fit, on one TaskManager.
+    assert_eq!(v["slots"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn text_format_is_readable() {
+    let out = floe(&["plan", "--graph", "examples/seed-graph.yaml"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("Plan: 3 vertices, 11 tasks, 11 regions, 4 slots on 1 TaskManager(s)"),
+        "{text}"
+    );
+    assert!(text.contains("taskmanager 0 slot 3: source#3, map#3\n"), "{text}");
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let out = floe(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in {err}");
+}
+
+#[test]
+fn bad_inputs_name_what_is_wrong_and_exit_2() {
+    let dir = std::env::temp_dir().join(format!("floe-plan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let typo = write(
+        "typo.yaml",
+        "vertices:\n  - { id: a, parallelism: 1 }\n  - { id: b, paralelism: 2 }\n",
+    );
+    fails_with(&["plan", "--graph", &typo], "line 3");
+    fails_with(&["plan", "--graph", &typo], "unknown field `paralelism`");
+    let cycle = write(
+        "cycle.yaml",
+        "vertices:\n  - { id: a, parallelism: 1 }\n  - { id: b, parallelism: 1 }\nedges:\n  - { from: a, to: b, partitioner: hash }\n  - { from: b, to: a, partitioner: hash }\n",
+    );
+    fails_with(&["plan", "--graph", &cycle], "cycle through vertex 'a'");
+    let fwd = write(
+        "forward.yaml",
+        "vertices:\n  - { id: a, parallelism: 4 }\n  - { id: b, parallelism: 3 }\nedges:\n  - { from: a, to: b, partitioner: forward }\n",
+    );
+    fails_with(
+        &["plan", "--graph", &fwd],
+        "edge a->b: a forward edge needs equal parallelism",
+    );
+    let unknown = write(
+        "unknown.yaml",
+        "vertices:\n  - { id: a, parallelism: 1 }\nedges:\n  - { from: a, to: ghost, partitioner: hash }\n",
+    );
+    fails_with(&["plan", "--graph", &unknown], "unknown vertex 'ghost'");
+    fails_with(
+        &[
+            "plan",
+            "--graph",
+            "examples/seed-graph.yaml",
+            "--taskmanagers",
+            "1",
+            "--slots",
+            "2",
+        ],
+        "job needs 4 slots but the cluster offers 2",
+    );
+    fails_with(
+        &[
+            "plan",
+            "--graph",
+            "examples/seed-graph.yaml",
+            "--shuffle-mode",
+            "FAST",
+        ],
+        "unknown execution.batch-shuffle-mode 'FAST'",
+    );
+    fails_with(
+        &["plan", "--graph", "does/not/exist.yaml"],
+        "cannot read does/not/exist.yaml",
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
