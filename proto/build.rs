@@ -1,0 +1,8 @@
+//! Compiles floe.proto with protox (a pure-Rust protobuf compiler), so no system `protoc` is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=floe.proto");
+    let descriptors = protox::compile(["floe.proto"], ["."])?;
+    tonic_prost_build::configure().compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! The shuffle boundary (DESIGN.md "Shuffle", seed 000 section 5). Three parts:
+//!
+//! - [`ShuffleMaster`] (JobManager side): registers result partitions, says where their data lives,
+//!   knows which are still available, releases them when the job ends;
+//! - [`PartitionWriter`] (task side): a producer subtask hands it full buffers of serialised records,
+//!   one subpartition at a time;
+//! - [`InputGate`] (task side): a consumer subtask reads buffers from all the channels (producer
+//!   partition x subpartition range) of one input.
+//!
+//! Start with [`ShuffleEnvironment`]: one per TaskManager, it creates writers and gates and serves the
+//! `Shuffle` gRPC service other TaskManagers read from.
+
+use std::ops::Range;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+mod error;
+pub use error::{Error, Result};
+
+/// Identifies one attempt's output for one result: a restarted producer writes a new partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResultPartitionId {
+    pub job_id: String,
+    pub result: u32,
+    pub partition: u32,
+    pub attempt: u32,
+}
+
+/// How a partition is exchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PartitionKind {
+    /// Kept in bounded memory and streamed to consumers while produced (credit-based).
+    Pipelined,
+    /// Written to the TaskManager's local disk; readable (again and again) once finished.
+    Blocking,
+}
+
+/// What a finished partition holds: bytes per subpartition (adaptive parallelism reads this).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PartitionStats {
+    pub bytes_per_subpartition: Vec<u64>,
+}
+
+/// Where a consumer reads one producer partition from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputChannelSpec {
+    pub partition: ResultPartitionId,
+    /// host:port of the TaskManager serving the partition.
+    pub address: String,
+    pub subpartitions: Range<u32>,
+}
+
+/// Task side, producer: one per produced result partition.
+///
+/// Invariants: buffers of one subpartition reach consumers in emit order; `emit` waits (never drops,
+/// never grows memory without bound) while consumers have not made room; after `finish` returns,
+/// every consumer sees end-of-partition after the last buffer.
+#[async_trait]
+pub trait PartitionWriter: Send {
+    fn num_subpartitions(&self) -> u32;
+    async fn emit(&mut self, subpartition: u32, buffer: Bytes) -> Result<()>;
+    async fn finish(self: Box<Self>) -> Result<PartitionStats>;
+}
+
+/// Task side, consumer: the channels of one input, merged in arrival order.
+///
+/// Invariants: yields each buffer of each channel exactly once, in order per channel; returns
+/// `Ok(None)` only after every channel reached end-of-partition; a lost producer is an error, not an
+/// early end.
+#[async_trait]
+pub trait InputGate: Send {
+    async fn next(&mut self) -> Result<Option<Bytes>>;
+}
