@@ -1,8 +1,10 @@
-//! Generated gRPC types and services of `floe.proto`. Only the edges of each process use these: convert
-//! to domain types where a message enters (CONVENTIONS.md). Read `floe.proto` first.
+//! Generated gRPC types and services of `floe.proto`, and their conversions to domain types
+//! ([`convert`]). Only the edges of each process use the generated types (CONVENTIONS.md). Read
+//! `floe.proto` first.
 
-#![allow(missing_debug_implementations, clippy::all)] // generated code
+pub mod convert;
 
+#[allow(missing_debug_implementations, clippy::all, clippy::unwrap_used)] // generated code
 pub mod v1 {
     tonic::include_proto!("floe.v1");
 }

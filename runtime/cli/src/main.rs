@@ -1,12 +1,14 @@
-//! `floe`: plan, run and operate Floe jobs. Thin: parse arguments, call the library, map errors to exit
-//! codes (2 for bad input, as clap does for bad arguments).
+//! `floe`: plan, run and operate Floe jobs. Thin: parse arguments, call the library crates, map errors
+//! to exit codes (2 for bad input, as clap does for bad arguments; 1 for a job that did not finish).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use floe::graph_file;
 use floe::plan_cmd::{self, Format};
+use floe::{generate, graph_file, run_cmd};
 use floe_scheduler::{BatchShuffleMode, Plan};
 
 #[derive(Debug, Parser)]
@@ -25,12 +27,16 @@ enum Command {
     /// Show a job's plan: vertices, pipelined regions and slot placement.
     Plan {
         /// A JobGraph in YAML (vertices and edges).
-        #[arg(long)]
-        graph: PathBuf,
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        graph: Option<PathBuf>,
+        /// A FlinkJob manifest: plans the registered job it names on its TaskManagers.
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
         /// execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING, FORWARD_EXCHANGES_PIPELINED,
-        /// POINTWISE_EXCHANGES_PIPELINED or ALL_EXCHANGES_PIPELINED.
-        #[arg(long, default_value = "ALL_EXCHANGES_BLOCKING")]
-        shuffle_mode: String,
+        /// POINTWISE_EXCHANGES_PIPELINED or ALL_EXCHANGES_PIPELINED (default: the manifest's, else
+        /// ALL_EXCHANGES_BLOCKING).
+        #[arg(long)]
+        shuffle_mode: Option<String>,
         /// Number of TaskManagers (default: one with just the slots the job needs).
         #[arg(long, requires = "slots")]
         taskmanagers: Option<u32>,
@@ -39,6 +45,58 @@ enum Command {
         slots: Option<u32>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
+    },
+    /// Run a FlinkJob manifest on a local cluster of real processes.
+    Run {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Where the cluster keeps logs and blocking shuffle files (default: a fresh temp directory).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+    },
+    /// Run a JobManager.
+    Jobmanager {
+        #[arg(long, default_value = "127.0.0.1:6123")]
+        rpc_address: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        rest_address: SocketAddr,
+        #[arg(long, default_value_t = 1000)]
+        heartbeat_interval_ms: u64,
+        #[arg(long, default_value_t = 10_000)]
+        heartbeat_timeout_ms: u64,
+        #[arg(long, default_value_t = 60)]
+        slot_request_timeout_s: u64,
+        /// Exit when standard input closes (used by `floe run` so children die with it).
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
+    },
+    /// Run a TaskManager that offers slots to a JobManager.
+    Taskmanager {
+        /// host:port of the JobManager's RPC endpoint.
+        #[arg(long)]
+        jobmanager: String,
+        #[arg(long, default_value_t = 1)]
+        slots: u32,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        bind: SocketAddr,
+        /// Default: taskmanager-<pid>.
+        #[arg(long)]
+        id: Option<String>,
+        /// Local directory for blocking shuffle partitions (default: a temp directory).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
+    },
+    /// Write seeded, Zipf-distributed lines of words (WordCount input).
+    GenWords {
+        #[arg(long)]
+        output: PathBuf,
+        /// Size in MiB.
+        #[arg(long, default_value_t = 10)]
+        mib: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
 }
 
@@ -59,8 +117,19 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Jobmanager { .. } | Command::Taskmanager { .. } => "info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(f) => {
             eprintln!("error: {:#}", f.error);
             ExitCode::from(f.code)
@@ -68,36 +137,169 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            code: 1,
+            error: e.into(),
+        })
+}
+
+/// Exits the process when stdin reaches end of file (the parent is gone).
+fn exit_on_stdin_eof() {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Plan {
             graph,
+            file,
             shuffle_mode,
             taskmanagers,
             slots,
             format,
         } => {
-            let mode: BatchShuffleMode = shuffle_mode.parse()?;
-            let job = graph_file::load(&graph, mode)?;
-            let offer = slots.map(|m| vec![m; taskmanagers.unwrap_or(0) as usize]);
-            let plan = match (&offer, slots) {
-                (Some(o), _) if taskmanagers.is_some() => Plan::new(job, Some(o))?,
+            let (job, mode, manifest_offer) = match (graph, file) {
+                (Some(graph), _) => {
+                    let mode: BatchShuffleMode = shuffle_mode
+                        .as_deref()
+                        .unwrap_or("ALL_EXCHANGES_BLOCKING")
+                        .parse()?;
+                    (graph_file::load(&graph, mode)?, mode.name(), None)
+                }
+                (None, Some(file)) => {
+                    let manifest = run_cmd::load_manifest(&file)?;
+                    let mut conf = manifest.job_configuration();
+                    if let Some(m) = &shuffle_mode {
+                        conf.insert("execution.batch-shuffle-mode".into(), m.clone());
+                    }
+                    let mode: BatchShuffleMode = conf
+                        .get("execution.batch-shuffle-mode")
+                        .map_or(Ok(BatchShuffleMode::default()), |m| m.parse())?;
+                    let args = floe_datastream::JobArgs {
+                        name: manifest.spec.job.name.clone(),
+                        args: manifest.spec.job.args.clone(),
+                        configuration: conf,
+                    };
+                    let built = floe_datastream::JobRegistry::builtin().build(&args)?;
+                    let tm = &manifest.spec.task_manager;
+                    let label = match built.runtime_mode() {
+                        floe_datastream::RuntimeMode::Streaming => "STREAMING (all exchanges pipelined)",
+                        _ => mode.name(),
+                    };
+                    (
+                        built.job_graph().clone(),
+                        label,
+                        Some(vec![tm.slots; tm.replicas as usize]),
+                    )
+                }
+                (None, None) => unreachable!("clap requires --graph or -f"),
+            };
+            let offer = match (taskmanagers, slots) {
+                (Some(n), Some(m)) => Some(vec![m; n as usize]),
                 // --slots alone: as many TaskManagers of that size as the job needs.
-                (_, Some(m)) if m > 0 => {
+                (None, Some(m)) if m > 0 => {
                     let needed = floe_scheduler::slots::slots_needed(&floe_scheduler::ExecutionGraph::new(
                         job.clone(),
                     ));
-                    let tms = needed.div_ceil(m as usize).max(1);
-                    Plan::new(job, Some(&vec![m; tms]))?
+                    Some(vec![m; needed.div_ceil(m as usize).max(1)])
                 }
-                _ => Plan::new(job, None)?,
+                _ => manifest_offer,
             };
+            let plan = Plan::new(job, offer.as_deref())?;
             let view = plan.view();
             match format {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-                Format::Text => print!("{}", plan_cmd::render_text(&view, mode.name())),
+                Format::Text => print!("{}", plan_cmd::render_text(&view, mode)),
             }
-            Ok(())
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { file, work_dir } => {
+            let manifest = run_cmd::load_manifest(&file)?;
+            let work_dir = work_dir
+                .unwrap_or_else(|| std::env::temp_dir().join(format!("floe-run-{}", std::process::id())));
+            let rt = runtime()?;
+            let outcome = rt.block_on(async {
+                tokio::select! {
+                    r = run_cmd::run(&manifest, &work_dir) => r.map(Some),
+                    // Dropping the run future drops the cluster, which kills every child.
+                    _ = tokio::signal::ctrl_c() => Ok(None),
+                }
+            });
+            match outcome {
+                Ok(Some(o)) if o.status == "FINISHED" => Ok(ExitCode::SUCCESS),
+                Ok(Some(_)) => Ok(ExitCode::from(1)),
+                Ok(None) => {
+                    eprintln!("\ninterrupted: local cluster stopped");
+                    Ok(ExitCode::from(130))
+                }
+                Err(e) => Err(Failure { code: 1, error: e }),
+            }
+        }
+        Command::Jobmanager {
+            rpc_address,
+            rest_address,
+            heartbeat_interval_ms,
+            heartbeat_timeout_ms,
+            slot_request_timeout_s,
+            exit_on_stdin_eof: eof,
+        } => {
+            if eof {
+                exit_on_stdin_eof();
+            }
+            let config = floe_jobmanager::JobManagerConfig {
+                rpc_address,
+                rest_address,
+                heartbeat_interval: Duration::from_millis(heartbeat_interval_ms),
+                heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                slot_request_timeout: Duration::from_secs(slot_request_timeout_s),
+            };
+            let jm = floe_jobmanager::JobManager::new(config, floe_datastream::JobRegistry::builtin());
+            runtime()?.block_on(jm.serve()).map_err(|e| Failure {
+                code: 1,
+                error: e.into(),
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Taskmanager {
+            jobmanager,
+            slots,
+            bind,
+            id,
+            data_dir,
+            exit_on_stdin_eof: eof,
+        } => {
+            if eof {
+                exit_on_stdin_eof();
+            }
+            let id = id.unwrap_or_else(|| format!("taskmanager-{}", std::process::id()));
+            let data_dir = data_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("floe-{id}")));
+            let config = floe_taskmanager::TaskManagerConfig {
+                jobmanager,
+                bind,
+                slots,
+                id,
+                data_dir,
+                registration_timeout: Duration::from_secs(30),
+            };
+            runtime()?
+                .block_on(floe_taskmanager::run(config))
+                .map_err(|e| Failure {
+                    code: 1,
+                    error: e.into(),
+                })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::GenWords { output, mib, seed } => {
+            let written = generate::write_words(&output, mib * 1024 * 1024, seed)?;
+            eprintln!("wrote {} ({written} bytes, seed {seed})", output.display());
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -1,1 +1,32 @@
-//! placeholder
+//! Floe's DataStream API and task runtime: what a job is made of, and how one subtask of it runs.
+//!
+//! A job is a Rust function registered by name in the [`JobRegistry`]; it records sources,
+//! transformations and sinks on a [`StreamExecutionEnvironment`] (Flink's names: `map`,
+//! `flat_map`, `key_by`, `sum`, `sink_to_file`, ...). [`StreamExecutionEnvironment::build`]
+//! chains operators into a `floe_scheduler::JobGraph`; the result, a [`BuiltJob`], is what the
+//! JobManager schedules and what a TaskManager instantiates with [`BuiltJob::create_task`] and
+//! runs with [`Task::run`] between shuffle inputs and outputs.
+//!
+//! Start with [`BuiltJob`], then [`StreamExecutionEnvironment`] and [`DataStream`]; records are
+//! [`Data`].
+
+mod api;
+pub mod data;
+mod error;
+mod graph;
+mod io;
+mod jobs;
+mod operators;
+mod task;
+
+pub use api::{
+    DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, KeyedStream, RuntimeMode,
+    StreamExecutionEnvironment, parse_memory_size,
+};
+pub use data::Data;
+pub use error::{Error, Result};
+pub use graph::BuiltJob;
+pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
+pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
+pub use operators::Collector;
+pub use task::{Task, TaskContext, TaskMetrics};

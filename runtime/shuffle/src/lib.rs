@@ -8,15 +8,30 @@
 //!   partition x subpartition range) of one input.
 //!
 //! Start with [`ShuffleEnvironment`]: one per TaskManager, it creates writers and gates and serves the
-//! `Shuffle` gRPC service other TaskManagers read from.
+//! `Shuffle` gRPC service other TaskManagers read from. Its memory bound is on [`ShuffleConfig`].
+//!
+//! Data moves as `Bytes` from writer to gate: the only copies are gRPC's encoding and decoding
+//! (and, for blocking partitions, the file system's).
 
 use std::ops::Range;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 
+mod config;
+mod environment;
 mod error;
+mod gate;
+mod master;
+mod memory;
+mod partition;
+mod server;
+
+pub use config::ShuffleConfig;
+pub use environment::ShuffleEnvironment;
 pub use error::{Error, Result};
+pub use master::{ShuffleMaster, TaskManagerShuffleMaster};
+pub use server::ShuffleService;
 
 /// Identifies one attempt's output for one result: a restarted producer writes a new partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -25,6 +40,52 @@ pub struct ResultPartitionId {
     pub result: u32,
     pub partition: u32,
     pub attempt: u32,
+}
+
+impl std::fmt::Display for ResultPartitionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ResultPartitionId {
+            job_id,
+            result,
+            partition,
+            attempt,
+        } = self;
+        write!(f, "{job_id}/r{result}-p{partition}-a{attempt}")
+    }
+}
+
+impl From<floe_proto::v1::ResultPartitionId> for ResultPartitionId {
+    fn from(id: floe_proto::v1::ResultPartitionId) -> Self {
+        let floe_proto::v1::ResultPartitionId {
+            job_id,
+            result,
+            partition,
+            attempt,
+        } = id;
+        ResultPartitionId {
+            job_id,
+            result,
+            partition,
+            attempt,
+        }
+    }
+}
+
+impl From<ResultPartitionId> for floe_proto::v1::ResultPartitionId {
+    fn from(id: ResultPartitionId) -> Self {
+        let ResultPartitionId {
+            job_id,
+            result,
+            partition,
+            attempt,
+        } = id;
+        floe_proto::v1::ResultPartitionId {
+            job_id,
+            result,
+            partition,
+            attempt,
+        }
+    }
 }
 
 /// How a partition is exchanged.

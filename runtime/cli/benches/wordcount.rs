@@ -1,0 +1,280 @@
+//! WordCount, Floe against Apache Flink 2.3 and a hand-written single-threaded Rust baseline, on the
+//! same generated file in the same run.
+//!
+//! Run: `cargo bench -p floe --bench wordcount` (options after `--`: `--mib N` input size, default 200;
+//! `--skip-flink`; `--parallelism P`, default 2). The input is generated once (seeded Zipf words) under
+//! `$CARGO_TARGET_DIR/bench-data/`. Flink runs through `../shared/bench/flink/flink-wordcount.sh`, which
+//! installs Flink from PyPI once. Peak memory is sampled from /proc for the whole process tree of each
+//! run (every 20 ms), so it covers `floe run` and all its JobManager and TaskManager children.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FLOE: &str = env!("CARGO_BIN_EXE_floe");
+
+struct Measured {
+    name: String,
+    wall_s: f64,
+    peak_rss_kib: u64,
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// Sum of VmRSS over a process and its descendants.
+fn tree_rss_kib(root: u32) -> u64 {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // Field 4 (ppid) follows the parenthesised command name.
+            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
+                continue;
+            };
+            if let Some(ppid) = after
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u32>().ok())
+            {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut total = 0;
+    let mut stack = vec![root];
+    while let Some(pid) = stack.pop() {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            total += status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        stack.extend(children.get(&pid).into_iter().flatten());
+    }
+    total
+}
+
+/// Runs a command to completion, sampling its process tree's memory; returns (wall s, peak KiB, stdout).
+fn measure(cmd: &mut Command) -> (f64, u64, String) {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("command starts");
+    let pid = child.id();
+    let mut stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut s).ok();
+        s
+    });
+    let mut peak = 0;
+    loop {
+        peak = peak.max(tree_rss_kib(pid));
+        if let Ok(Some(status)) = child.try_wait() {
+            assert!(status.success(), "{cmd:?} failed: {status}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (
+        start.elapsed().as_secs_f64(),
+        peak,
+        reader.join().unwrap_or_default(),
+    )
+}
+
+/// The physical baseline: read, tokenize as Flink's example does, count in a HashMap, one thread.
+fn baseline(input: &Path) -> (usize, u64) {
+    let data = std::fs::read(input).expect("input");
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut lower = Vec::new();
+    let mut words = 0u64;
+    for line in data.split(|&b| b == b'\n') {
+        lower.clear();
+        lower.extend(line.iter().map(|b| b.to_ascii_lowercase()));
+        for token in lower.split(|b| !(b.is_ascii_alphanumeric() || *b == b'_')) {
+            if token.is_empty() {
+                continue;
+            }
+            words += 1;
+            let w = std::str::from_utf8(token).unwrap_or("");
+            match counts.get_mut(w) {
+                Some(c) => *c += 1,
+                None => {
+                    counts.insert(w.to_string(), 1);
+                }
+            }
+        }
+    }
+    (counts.len(), words)
+}
+
+fn manifest(dir: &Path, input: &Path, mode: &str, parallelism: u32) -> PathBuf {
+    let out = dir.join(format!("out-{mode}"));
+    let _ = std::fs::remove_dir_all(&out);
+    let text = format!(
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: bench-{mode} }}\nspec:\n  job:\n    name: wordcount\n    args: [\"--input\", \"{}\", \"--output\", \"{}\"]\n    parallelism: {parallelism}\n    mode: {mode}\n  taskManager: {{ replicas: 1, slots: {parallelism} }}\n",
+        input.display(),
+        out.display()
+    );
+    let path = dir.join(format!("bench-{mode}.yaml"));
+    std::fs::write(&path, text).expect("manifest");
+    path
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mib: u64 = arg(&args, "--mib").and_then(|v| v.parse().ok()).unwrap_or(200);
+    let parallelism: u32 = arg(&args, "--parallelism")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let skip_flink = args.iter().any(|a| a == "--skip-flink");
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("bench-data");
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let input = dir.join(format!("words-{mib}mib.txt"));
+    if !input.exists() {
+        eprintln!("generating {} ...", input.display());
+        let status = Command::new(FLOE)
+            .args(["gen-words", "--output"])
+            .arg(&input)
+            .args(["--mib", &mib.to_string(), "--seed", "42"])
+            .status()
+            .expect("gen-words");
+        assert!(status.success());
+    }
+    let size_mib = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
+
+    let mut rows: Vec<Measured> = Vec::new();
+    let start = Instant::now();
+    let (distinct, words) = baseline(&input);
+    rows.push(Measured {
+        name: "rust baseline (1 thread)".into(),
+        wall_s: start.elapsed().as_secs_f64(),
+        peak_rss_kib: 0,
+    });
+    eprintln!("baseline: {words} words, {distinct} distinct");
+
+    for mode in ["batch", "streaming"] {
+        let m = manifest(&dir, &input, mode, parallelism);
+        let (wall, peak, out) = measure(
+            Command::new(FLOE)
+                .args(["run", "-f"])
+                .arg(&m)
+                .arg("--work-dir")
+                .arg(dir.join(format!("work-{mode}"))),
+        );
+        eprintln!("{}", out.trim());
+        rows.push(Measured {
+            name: format!("floe {} p={parallelism}", mode.to_uppercase()),
+            wall_s: wall,
+            peak_rss_kib: peak,
+        });
+    }
+    if !skip_flink {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/flink/flink-wordcount.sh");
+        for mode in ["batch", "streaming"] {
+            let (wall, peak, out) = measure(
+                Command::new("bash")
+                    .arg(&script)
+                    .arg(&input)
+                    .arg(mode)
+                    .arg(parallelism.to_string()),
+            );
+            eprintln!("{}", out.trim());
+            // The script's own wall_s excludes nothing we include; use it when present.
+            let wall = out
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("wall_s=").and_then(|v| v.parse().ok()))
+                .unwrap_or(wall);
+            rows.push(Measured {
+                name: format!("flink 2.3 {} p={parallelism}", mode.to_uppercase()),
+                wall_s: wall,
+                peak_rss_kib: peak,
+            });
+        }
+    }
+
+    println!(
+        "\nwordcount on {} ({size_mib:.0} MiB, {words} words, {distinct} distinct)",
+        input.display()
+    );
+    println!(
+        "{:<28} {:>9} {:>10} {:>14}",
+        "engine", "wall s", "MiB/s", "peak RSS MiB"
+    );
+    for r in &rows {
+        let peak = if r.peak_rss_kib == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}", r.peak_rss_kib as f64 / 1024.0)
+        };
+        println!(
+            "{:<28} {:>9.2} {:>10.1} {:>14}",
+            r.name,
+            r.wall_s,
+            size_mib / r.wall_s,
+            peak
+        );
+    }
+    let rate = |name: &str| {
+        rows.iter()
+            .find(|r| r.name.starts_with(name))
+            .map(|r| size_mib / r.wall_s)
+    };
+    let (b, fb, fs, base) = (
+        rate("floe BATCH"),
+        rate("flink 2.3 BATCH"),
+        rate("flink 2.3 STREAMING"),
+        rate("rust baseline"),
+    );
+    let s = rate("floe STREAMING");
+    println!();
+    if let (Some(b), Some(fb)) = (b, fb) {
+        println!(
+            "floe BATCH / flink BATCH throughput:         {:.1}x (target >= 15x)",
+            b / fb
+        );
+    }
+    if let (Some(s), Some(fs)) = (s, fs) {
+        println!("floe STREAMING / flink STREAMING throughput: {:.1}x", s / fs);
+    }
+    if let (Some(b), Some(base)) = (b, base) {
+        println!(
+            "floe BATCH per core / baseline:              {:.2} (target >= 0.5; BATCH/baseline {:.2}x on {parallelism} cores)",
+            b / parallelism as f64 / base,
+            b / base
+        );
+    }
+    if let (Some(b), Some(s)) = (b, s) {
+        println!(
+            "floe STREAMING time / BATCH time:            {:.2}x (target <= 2)",
+            b / s
+        );
+    }
+    let mem = |name: &str| {
+        rows.iter()
+            .find(|r| r.name.starts_with(name))
+            .map(|r| r.peak_rss_kib as f64)
+    };
+    if let (Some(f), Some(fl)) = (mem("floe BATCH"), mem("flink 2.3 BATCH")) {
+        println!("peak memory floe BATCH / flink BATCH:        {:.2}", f / fl);
+    }
+}

@@ -1,0 +1,174 @@
+//! A local Floe cluster of real processes: one JobManager and N TaskManagers, children of `floe run`.
+//!
+//! Children never outlive the parent: they are killed when the [`LocalCluster`] is dropped (normal
+//! exit, error, Ctrl-C), and each is started with `--exit-on-stdin-eof` and a pipe on stdin, so even if
+//! the parent is killed with SIGKILL the closed pipe stops them.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+/// One child process and the pipe that keeps it alive.
+#[derive(Debug)]
+struct Process {
+    name: String,
+    child: Child,
+    _stdin: Option<ChildStdin>,
+}
+
+/// The JobManager's endpoints and the running processes.
+#[derive(Debug)]
+pub struct LocalCluster {
+    pub rpc_address: String,
+    pub rest_address: String,
+    pub log_dir: PathBuf,
+    processes: Vec<Process>,
+}
+
+/// How to start a local cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// The `floe` binary the processes run.
+    pub exe: PathBuf,
+    pub taskmanagers: u32,
+    pub slots: u32,
+    pub work_dir: PathBuf,
+    pub heartbeat_timeout: Duration,
+}
+
+fn spawn(
+    exe: &Path,
+    name: &str,
+    args: &[String],
+    log_dir: &Path,
+) -> anyhow::Result<(Process, BufReader<std::process::ChildStdout>)> {
+    let log = std::fs::File::create(log_dir.join(format!("{name}.log")))
+        .with_context(|| format!("cannot create log file in {}", log_dir.display()))?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .with_context(|| format!("cannot start {name} ({})", exe.display()))?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take().context("child stdout")?;
+    Ok((
+        Process {
+            name: name.to_string(),
+            child,
+            _stdin: stdin,
+        },
+        BufReader::new(stdout),
+    ))
+}
+
+/// Reads the child's first stdout line (its "listening" line), then keeps draining stdout in the
+/// background so the child never blocks on a full pipe.
+fn first_line(
+    mut out: BufReader<std::process::ChildStdout>,
+    name: &str,
+    log_dir: &Path,
+) -> anyhow::Result<String> {
+    let mut line = String::new();
+    out.read_line(&mut line)
+        .with_context(|| format!("reading {name}'s output"))?;
+    if line.is_empty() {
+        let log = std::fs::read_to_string(log_dir.join(format!("{name}.log"))).unwrap_or_default();
+        bail!(
+            "{name} exited before it was ready; its log says:\n{}",
+            log.trim_end()
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    Ok(line.trim().to_string())
+}
+
+impl LocalCluster {
+    /// Starts the JobManager, waits for its ports, then starts the TaskManagers and waits until each
+    /// has registered.
+    pub fn start(spec: &ClusterSpec) -> anyhow::Result<LocalCluster> {
+        let exe = spec.exe.clone();
+        let log_dir = spec.work_dir.join("logs");
+        std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
+        let mut cluster = LocalCluster {
+            rpc_address: String::new(),
+            rest_address: String::new(),
+            log_dir: log_dir.clone(),
+            processes: Vec::new(),
+        };
+        let jm_args = vec![
+            "jobmanager".to_string(),
+            "--rpc-address".into(),
+            "127.0.0.1:0".into(),
+            "--rest-address".into(),
+            "127.0.0.1:0".into(),
+            "--heartbeat-timeout-ms".into(),
+            spec.heartbeat_timeout.as_millis().to_string(),
+        ];
+        let (jm, out) = spawn(&exe, "jobmanager", &jm_args, &log_dir)?;
+        cluster.processes.push(jm);
+        let line = first_line(out, "jobmanager", &log_dir)?;
+        for word in line.split_whitespace() {
+            if let Some(a) = word.strip_prefix("rpc=") {
+                cluster.rpc_address = a.to_string();
+            }
+            if let Some(a) = word.strip_prefix("rest=") {
+                cluster.rest_address = a.to_string();
+            }
+        }
+        if cluster.rpc_address.is_empty() || cluster.rest_address.is_empty() {
+            bail!("unexpected JobManager start line: {line:?}");
+        }
+        let mut outs = Vec::new();
+        for i in 0..spec.taskmanagers {
+            let name = format!("taskmanager-{i}");
+            let args = vec![
+                "taskmanager".to_string(),
+                "--jobmanager".into(),
+                cluster.rpc_address.clone(),
+                "--slots".into(),
+                spec.slots.to_string(),
+                "--id".into(),
+                name.clone(),
+                "--data-dir".into(),
+                spec.work_dir.join(&name).display().to_string(),
+            ];
+            let (tm, out) = spawn(&exe, &name, &args, &log_dir)?;
+            cluster.processes.push(tm);
+            outs.push((name, out));
+        }
+        for (name, out) in outs {
+            first_line(out, &name, &log_dir)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Process ids of the TaskManagers, in start order (tests kill one).
+    pub fn taskmanager_pids(&self) -> Vec<u32> {
+        self.processes
+            .iter()
+            .filter(|p| p.name.starts_with("taskmanager"))
+            .map(|p| p.child.id())
+            .collect()
+    }
+
+    /// Kills every child and waits for it.
+    pub fn shutdown(&mut self) {
+        for p in self.processes.iter_mut().rev() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        self.processes.clear();
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,151 @@
+//! `floe run -f MANIFEST`: a local cluster, the job submitted to it, a progress line while it runs, the
+//! final status, and the exit code (0 only for FINISHED).
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use floe_manifest::FlinkJob;
+use floe_proto::v1::job_manager_client::JobManagerClient;
+use floe_proto::v1::{GetJobStatusRequest, JobStatusResponse, SubmitJobRequest};
+
+use crate::local_cluster::{ClusterSpec, LocalCluster};
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub status: String,
+    pub failure: String,
+}
+
+/// Reads and validates a manifest file.
+pub fn load_manifest(path: &Path) -> anyhow::Result<FlinkJob> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    FlinkJob::from_yaml(&text).with_context(|| path.display().to_string())
+}
+
+/// Where the job writes, from its `--output` argument.
+pub fn output_location(job: &FlinkJob) -> Option<&str> {
+    let args = &job.spec.job.args;
+    args.iter()
+        .position(|a| a == "--output")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn human(n: u64) -> String {
+    match n {
+        0..=9_999 => n.to_string(),
+        10_000..=9_999_999 => format!("{:.1}K", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
+}
+
+fn progress_line(s: &JobStatusResponse, elapsed: Duration) -> String {
+    const WIDTH: usize = 24;
+    let total = s.tasks_total.max(1) as usize;
+    let done = (s.tasks_finished as usize * WIDTH) / total;
+    format!(
+        "[{}{}] {}/{} tasks  {} records  {:.1}s  {}",
+        "#".repeat(done),
+        ".".repeat(WIDTH - done),
+        s.tasks_finished,
+        s.tasks_total,
+        human(s.records_processed),
+        elapsed.as_secs_f64(),
+        s.status
+    )
+}
+
+/// Runs a manifest on a fresh local cluster and returns how the job ended.
+pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> {
+    let spec = ClusterSpec {
+        exe: std::env::current_exe().context("cannot find the floe binary")?,
+        taskmanagers: job.spec.task_manager.replicas,
+        slots: job.spec.task_manager.slots,
+        work_dir: work_dir.to_path_buf(),
+        heartbeat_timeout: job
+            .spec
+            .configuration
+            .get("heartbeat.timeout")
+            .and_then(|v| floe_jobmanager::job::parse_duration(v))
+            .unwrap_or(Duration::from_secs(10)),
+    };
+    let started = Instant::now();
+    let cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;
+    eprintln!(
+        "Local cluster: JobManager rpc {} REST http://{}, {} TaskManager(s) x {} slots (logs: {})",
+        cluster.rpc_address,
+        cluster.rest_address,
+        job.spec.task_manager.replicas,
+        job.spec.task_manager.slots,
+        cluster.log_dir.display()
+    );
+    let mut client = JobManagerClient::connect(format!("http://{}", cluster.rpc_address))
+        .await
+        .context("cannot reach the local JobManager")?;
+    let submitted = client
+        .submit_job(SubmitJobRequest {
+            job_name: job.spec.job.name.clone(),
+            args: job.spec.job.args.clone(),
+            configuration: job.job_configuration().into_iter().collect(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+        .into_inner();
+    let job_id = submitted.job_id;
+    eprintln!("Submitted job {} ({job_id})", job.spec.job.name);
+    let tty = std::io::stderr().is_terminal();
+    let mut last_print = Instant::now() - Duration::from_secs(60);
+    let status = loop {
+        let s = client
+            .get_job_status(GetJobStatusRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("lost the JobManager: {}", s.message()))?
+            .into_inner();
+        let terminal = matches!(s.status.as_str(), "FINISHED" | "FAILED" | "CANCELED");
+        // On a terminal a line redrawn in place; in a log one line every few seconds.
+        if tty {
+            eprint!("\r{}\x1b[K", progress_line(&s, started.elapsed()));
+            let _ = std::io::stderr().flush();
+        } else if terminal || last_print.elapsed() > Duration::from_secs(5) {
+            eprintln!("{}", progress_line(&s, started.elapsed()));
+            last_print = Instant::now();
+        }
+        if terminal {
+            if tty {
+                eprintln!();
+            }
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    drop(cluster);
+    println!(
+        "Job {} ({}) {} in {:.2}s: {}/{} tasks, {} records",
+        job.spec.job.name,
+        job_id,
+        status.status,
+        started.elapsed().as_secs_f64(),
+        status.tasks_finished,
+        status.tasks_total,
+        status.records_processed
+    );
+    if !status.failure.is_empty() {
+        println!("Cause: {}", status.failure);
+    }
+    println!(
+        "Peak memory: {:.1} MiB (JobManager and TaskManagers, resident)",
+        status.cluster_peak_rss_bytes as f64 / 1048576.0
+    );
+    if let Some(out) = output_location(job).filter(|_| status.status == "FINISHED") {
+        println!("Output: {out}");
+    }
+    Ok(RunOutcome {
+        status: status.status,
+        failure: status.failure,
+    })
+}

@@ -1,0 +1,744 @@
+//! The DataStream API (Flink's names): [`StreamExecutionEnvironment`] records a stream graph of
+//! sources, transformations and sinks; [`StreamExecutionEnvironment::build`] turns it into a
+//! [`crate::BuiltJob`].
+
+use std::any::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::ops::Add;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use floe_scheduler::{BatchShuffleMode, Partitioner};
+
+use crate::data::{Data, key_hash};
+use crate::error::{Error, Result};
+use crate::io::{
+    self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
+};
+use crate::operators::{
+    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, MapOp, OpContext, OpFactory,
+    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, downcast, erase,
+};
+use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
+
+/// Flink's `execution.runtime-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RuntimeMode {
+    /// Bounded input, blocking exchanges by default, sorted keyed aggregation, final results only.
+    Batch,
+    /// Pipelined exchanges, keyed state in memory, an update per input record.
+    #[default]
+    Streaming,
+}
+
+impl std::str::FromStr for RuntimeMode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "BATCH" => Ok(RuntimeMode::Batch),
+            "STREAMING" | "AUTOMATIC" => Ok(RuntimeMode::Streaming),
+            _ => Err(Error::config(
+                "execution.runtime-mode",
+                s,
+                "expected BATCH or STREAMING",
+            )),
+        }
+    }
+}
+
+pub(crate) type SourceFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<Box<dyn Head>> + Send + Sync>;
+pub(crate) type SinkFactory =
+    Arc<dyn Fn(&OpContext, Arc<TaskMetrics>) -> Result<(AnyOp, Box<dyn SinkIo>)> + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) enum NodeKind {
+    Source(SourceFactory),
+    Operator(OpFactory),
+    Sink(SinkFactory),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Par {
+    Default,
+    Fixed(u32),
+    SameAsInput,
+}
+
+#[derive(Clone)]
+pub(crate) struct NodeInput {
+    pub node: usize,
+    /// Explicit partitioner; `None` = forward if parallelism matches, rebalance otherwise.
+    pub partitioner: Option<Partitioner>,
+    /// `KeyHasher<T>` for hash edges.
+    pub key: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// One transformation of the stream graph.
+#[derive(Clone)]
+pub(crate) struct StreamNode {
+    pub id: &'static str,
+    pub name: String,
+    pub parallelism: Par,
+    pub input: Option<NodeInput>,
+    pub kind: NodeKind,
+    /// Operations on the output record type (`None` for sinks).
+    pub out_type: Option<Arc<dyn StreamType>>,
+    /// Flink's `startNewChain()`: never chained to its input.
+    pub new_chain: bool,
+}
+
+pub(crate) struct Shared {
+    pub nodes: Vec<StreamNode>,
+    pub mode: RuntimeMode,
+}
+
+pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A panic while holding the lock leaves the node list consistent (pushes are atomic).
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Flink's `taskmanager.memory.segment-size` default.
+pub const DEFAULT_BUFFER_SIZE: usize = 32 * 1024;
+/// Flink's `execution.buffer-timeout` default.
+pub const DEFAULT_BUFFER_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The entry point of a job: configuration plus the stream graph being recorded.
+pub struct StreamExecutionEnvironment {
+    pub(crate) shared: Arc<Mutex<Shared>>,
+    pub(crate) configuration: BTreeMap<String, String>,
+    pub(crate) parallelism: u32,
+    pub(crate) max_parallelism: Option<u32>,
+    pub(crate) shuffle_mode: BatchShuffleMode,
+    pub(crate) buffer_timeout: Option<Duration>,
+    pub(crate) buffer_size: usize,
+    pub(crate) chaining: bool,
+}
+
+impl std::fmt::Debug for StreamExecutionEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamExecutionEnvironment")
+            .field("mode", &self.runtime_mode())
+            .field("parallelism", &self.parallelism)
+            .field("nodes", &lock(&self.shared).nodes.len())
+            .finish()
+    }
+}
+
+impl Default for StreamExecutionEnvironment {
+    fn default() -> Self {
+        StreamExecutionEnvironment {
+            shared: Arc::new(Mutex::new(Shared {
+                nodes: Vec::new(),
+                mode: RuntimeMode::Streaming,
+            })),
+            configuration: BTreeMap::new(),
+            parallelism: 1,
+            max_parallelism: None,
+            shuffle_mode: BatchShuffleMode::default(),
+            buffer_timeout: Some(DEFAULT_BUFFER_TIMEOUT),
+            buffer_size: DEFAULT_BUFFER_SIZE,
+            chaining: true,
+        }
+    }
+}
+
+fn parse_u32(key: &str, v: &str) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(Error::config(key, v, "expected a positive integer")),
+    }
+}
+
+/// Parses Flink memory sizes: `32768`, `32kb`, `32 KiB`, `1m`, `1mb`.
+pub fn parse_memory_size(key: &str, v: &str) -> Result<usize> {
+    let s = v.trim().to_ascii_lowercase();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num
+        .parse()
+        .map_err(|_| Error::config(key, v, "expected a size like 32kb"))?;
+    let mult = match unit.trim() {
+        "" | "b" | "bytes" => 1,
+        "k" | "kb" | "kib" | "kibibytes" => 1 << 10,
+        "m" | "mb" | "mib" | "mebibytes" => 1 << 20,
+        "g" | "gb" | "gib" | "gibibytes" => 1 << 30,
+        _ => return Err(Error::config(key, v, "unknown size unit")),
+    };
+    match n.checked_mul(mult) {
+        Some(b) if b > 0 => Ok(b),
+        _ => Err(Error::config(key, v, "size out of range")),
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// STREAMING, parallelism 1, Flink's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An environment configured by Flink's keys: `execution.runtime-mode`, `parallelism.default`,
+    /// `pipeline.max-parallelism`, `execution.batch-shuffle-mode`, `execution.buffer-timeout` (ms;
+    /// 0 = flush every record, -1 = only full buffers), `taskmanager.memory.segment-size`.
+    pub fn from_configuration(configuration: &BTreeMap<String, String>) -> Result<Self> {
+        let mut env = Self::new();
+        env.configuration = configuration.clone();
+        for (key, v) in configuration {
+            match key.as_str() {
+                "execution.runtime-mode" => {
+                    env.set_runtime_mode(v.parse()?);
+                }
+                "parallelism.default" => env.parallelism = parse_u32(key, v)?,
+                "pipeline.max-parallelism" => env.max_parallelism = Some(parse_u32(key, v)?),
+                "execution.batch-shuffle-mode" => {
+                    env.shuffle_mode = v
+                        .parse()
+                        .map_err(|e: floe_scheduler::Error| Error::config(key, v, e.to_string()))?
+                }
+                "execution.buffer-timeout" => {
+                    let t = v.trim().trim_end_matches("ms").trim();
+                    env.buffer_timeout = match t.parse::<i64>() {
+                        Ok(-1) => None,
+                        Ok(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+                        _ => return Err(Error::config(key, v, "expected milliseconds >= 0, or -1")),
+                    }
+                }
+                "taskmanager.memory.segment-size" => env.buffer_size = parse_memory_size(key, v)?,
+                _ => {}
+            }
+        }
+        Ok(env)
+    }
+
+    pub fn configuration(&self) -> &BTreeMap<String, String> {
+        &self.configuration
+    }
+
+    pub fn set_parallelism(&mut self, parallelism: u32) -> &mut Self {
+        self.parallelism = parallelism.max(1);
+        self
+    }
+
+    pub fn parallelism(&self) -> u32 {
+        self.parallelism
+    }
+
+    pub fn set_max_parallelism(&mut self, max_parallelism: u32) -> &mut Self {
+        self.max_parallelism = Some(max_parallelism);
+        self
+    }
+
+    pub fn set_runtime_mode(&mut self, mode: RuntimeMode) -> &mut Self {
+        lock(&self.shared).mode = mode;
+        self
+    }
+
+    pub fn runtime_mode(&self) -> RuntimeMode {
+        lock(&self.shared).mode
+    }
+
+    pub fn set_batch_shuffle_mode(&mut self, mode: BatchShuffleMode) -> &mut Self {
+        self.shuffle_mode = mode;
+        self
+    }
+
+    /// Flink's `disableOperatorChaining()`: every operator becomes its own JobVertex.
+    pub fn disable_operator_chaining(&mut self) -> &mut Self {
+        self.chaining = false;
+        self
+    }
+
+    pub fn set_buffer_timeout(&mut self, timeout: Option<Duration>) -> &mut Self {
+        self.buffer_timeout = timeout;
+        self
+    }
+
+    fn add_source<T: Data>(
+        &self,
+        id: &'static str,
+        name: String,
+        par: Par,
+        factory: SourceFactory,
+    ) -> DataStream<T> {
+        let node = push_node(
+            &self.shared,
+            StreamNode {
+                id,
+                name,
+                parallelism: par,
+                input: None,
+                kind: NodeKind::Source(factory),
+                out_type: Some(Arc::new(TypeOf::<T>(PhantomData))),
+                new_chain: false,
+            },
+        );
+        DataStream::at(self.shared.clone(), node)
+    }
+
+    /// Lines of a file, or of the files of a directory (`/path`, `file:///path`, `s3://bucket/prefix`),
+    /// split by byte ranges across the subtasks.
+    pub fn read_text_file(&self, url: &str) -> DataStream<String> {
+        let url = url.to_string();
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
+            let source = TextSource {
+                url: url.clone(),
+                conf: ctx.configuration.clone(),
+                subtask: ctx.subtask,
+                parallelism: ctx.parallelism,
+                chunk: io::DEFAULT_READ_CHUNK,
+                reader: None,
+            };
+            source_head(source, chain)
+        });
+        self.add_source("source", "Source: Text".into(), Par::Default, factory)
+    }
+
+    /// Lines of 1 to 12 seeded Zipf-distributed words; `count` lines in all (`None`: unbounded),
+    /// optionally at `rate` lines per second. Deterministic for a seed, whatever the parallelism.
+    pub fn data_generator(&self, seed: u64, count: Option<u64>, rate: Option<f64>) -> DataStream<String> {
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
+            let (p, s) = (u64::from(ctx.parallelism), u64::from(ctx.subtask));
+            let (next, end, step) = match count {
+                Some(c) => (c * s / p, Some(c * (s + 1) / p), 1),
+                None => (s, None, p),
+            };
+            let source = GeneratorSource {
+                seed,
+                next,
+                end,
+                step,
+                rate: rate.map(|r| r / p as f64),
+                emitted: 0,
+                started: None,
+                vocabulary: io::generator_vocabulary(),
+            };
+            source_head(source, chain)
+        });
+        self.add_source("source", "Source: Data Generator".into(), Par::Default, factory)
+    }
+
+    /// The numbers `from..=to`, split into contiguous ranges across subtasks.
+    pub fn generate_sequence(&self, from: u64, to: u64) -> DataStream<u64> {
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
+            let n = u128::from(to.saturating_sub(from)) + u128::from(to >= from);
+            let (p, s) = (u128::from(ctx.parallelism), u128::from(ctx.subtask));
+            let source = SequenceSource {
+                next: from + (n * s / p) as u64,
+                end: from + (n * (s + 1) / p) as u64,
+            };
+            source_head(source, chain)
+        });
+        self.add_source("source", "Source: Sequence".into(), Par::Default, factory)
+    }
+
+    /// The given elements, from one subtask (as Flink's `fromCollection`).
+    pub fn from_collection<T: Data>(&self, items: Vec<T>) -> DataStream<T> {
+        let items = Arc::new(items);
+        let factory: SourceFactory = Arc::new(move |_: &OpContext, chain: AnyOp| {
+            source_head(
+                CollectionSource {
+                    items: items.clone(),
+                    next: 0,
+                },
+                chain,
+            )
+        });
+        self.add_source("source", "Source: Collection".into(), Par::Fixed(1), factory)
+    }
+}
+
+fn source_head<T: Data, S: io::Source<T> + 'static>(source: S, chain: AnyOp) -> Result<Box<dyn Head>> {
+    Ok(Box::new(SourceHead {
+        source,
+        chain: downcast::<T>(chain)?,
+    }))
+}
+
+fn push_node(shared: &Mutex<Shared>, node: StreamNode) -> usize {
+    let mut g = lock(shared);
+    g.nodes.push(node);
+    g.nodes.len() - 1
+}
+
+/// A stream of records of type `T` (Flink's `DataStream`).
+pub struct DataStream<T> {
+    shared: Arc<Mutex<Shared>>,
+    node: usize,
+    partitioner: Option<Partitioner>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for DataStream<T> {
+    fn clone(&self) -> Self {
+        DataStream {
+            shared: self.shared.clone(),
+            node: self.node,
+            partitioner: self.partitioner,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for DataStream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataStream").field("node", &self.node).finish()
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    fn at(shared: Arc<Mutex<Shared>>, node: usize) -> Self {
+        DataStream {
+            shared,
+            node,
+            partitioner: None,
+            _t: PhantomData,
+        }
+    }
+
+    fn mode(&self) -> RuntimeMode {
+        lock(&self.shared).mode
+    }
+
+    fn add_operator<O: Data>(
+        &self,
+        id: &'static str,
+        name: &str,
+        parallelism: Par,
+        input: NodeInput,
+        factory: OpFactory,
+    ) -> DataStream<O> {
+        let node = push_node(
+            &self.shared,
+            StreamNode {
+                id,
+                name: name.to_string(),
+                parallelism,
+                input: Some(input),
+                kind: NodeKind::Operator(factory),
+                out_type: Some(Arc::new(TypeOf::<O>(PhantomData))),
+                new_chain: false,
+            },
+        );
+        DataStream::at(self.shared.clone(), node)
+    }
+
+    fn plain_input(&self) -> NodeInput {
+        NodeInput {
+            node: self.node,
+            partitioner: self.partitioner,
+            key: None,
+        }
+    }
+
+    pub fn map<O: Data, F: Fn(T) -> O + Send + Sync + 'static>(&self, f: F) -> DataStream<O> {
+        let f = Arc::new(f);
+        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            Ok(erase::<T>(Box::new(MapOp {
+                f: f.clone(),
+                down: downcast::<O>(down)?,
+                _in: PhantomData,
+            })))
+        });
+        self.add_operator("map", "Map", Par::Default, self.plain_input(), factory)
+    }
+
+    /// `f(record, out)` emits any number of records through `out.collect(..)`.
+    pub fn flat_map<O: Data, F>(&self, f: F) -> DataStream<O>
+    where
+        F: Fn(T, &mut dyn Collector<O>) + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            Ok(erase::<T>(Box::new(FlatMapOp {
+                f: f.clone(),
+                down: downcast::<O>(down)?,
+                _in: PhantomData,
+            })))
+        });
+        self.add_operator("flat-map", "FlatMap", Par::Default, self.plain_input(), factory)
+    }
+
+    pub fn filter<F: Fn(&T) -> bool + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
+        let f = Arc::new(f);
+        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            Ok(erase::<T>(Box::new(FilterOp {
+                f: f.clone(),
+                down: downcast::<T>(down)?,
+            })))
+        });
+        self.add_operator("filter", "Filter", Par::Default, self.plain_input(), factory)
+    }
+
+    /// Partitions by key (hash of the key into Flink's key groups).
+    pub fn key_by<K, F>(&self, key: F) -> KeyedStream<T, K>
+    where
+        K: Data + Hash + Eq + Ord,
+        F: Fn(&T) -> K + Send + Sync + 'static,
+    {
+        KeyedStream {
+            stream: self.clone(),
+            key: Arc::new(key),
+        }
+    }
+
+    fn partitioned(&self, p: Partitioner) -> DataStream<T> {
+        DataStream {
+            partitioner: Some(p),
+            ..self.clone()
+        }
+    }
+
+    /// Round-robin to all downstream subtasks.
+    pub fn rebalance(&self) -> DataStream<T> {
+        self.partitioned(Partitioner::Rebalance)
+    }
+
+    /// Round-robin to the downstream subtasks of this subtask's pointwise range.
+    pub fn rescale(&self) -> DataStream<T> {
+        self.partitioned(Partitioner::Rescale)
+    }
+
+    /// Every record to every downstream subtask.
+    pub fn broadcast(&self) -> DataStream<T> {
+        self.partitioned(Partitioner::Broadcast)
+    }
+
+    /// To the downstream subtask of the same index (parallelism must match).
+    pub fn forward(&self) -> DataStream<T> {
+        self.partitioned(Partitioner::Forward)
+    }
+
+    /// Sets the parallelism of the operator that produces this stream.
+    pub fn set_parallelism(self, parallelism: u32) -> Self {
+        lock(&self.shared).nodes[self.node].parallelism = Par::Fixed(parallelism.max(1));
+        self
+    }
+
+    /// Flink's `uid()`: the id of the JobVertex this operator heads (made unique if repeated), shown
+    /// in task names (`map#0`) and the REST API.
+    pub fn uid(self, id: &'static str) -> Self {
+        lock(&self.shared).nodes[self.node].id = id;
+        self
+    }
+
+    /// Flink's `startNewChain()`: the operator producing this stream starts a new JobVertex even where
+    /// it could be chained to its input.
+    pub fn start_new_chain(self) -> Self {
+        lock(&self.shared).nodes[self.node].new_chain = true;
+        self
+    }
+
+    /// Renames the operator that produces this stream (the name shows in the vertex name).
+    pub fn name(self, name: &str) -> Self {
+        lock(&self.shared).nodes[self.node].name = name.to_string();
+        self
+    }
+
+    fn add_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
+        let node = push_node(
+            &self.shared,
+            StreamNode {
+                new_chain: false,
+                id: "sink",
+                name: name.to_string(),
+                parallelism: Par::Default,
+                input: Some(self.plain_input()),
+                kind: NodeKind::Sink(factory),
+                out_type: None,
+            },
+        );
+        DataStreamSink {
+            shared: self.shared.clone(),
+            node,
+        }
+    }
+
+    /// One part file per subtask under `url` (a directory): written as
+    /// `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` when the subtask finishes.
+    /// Lines are the records' text form (tuples TAB-separated).
+    pub fn sink_to_file(&self, url: &str) -> DataStreamSink {
+        let url = url.to_string();
+        let factory: SinkFactory = Arc::new(move |ctx: &OpContext, metrics: Arc<TaskMetrics>| {
+            let op: BoxOp<T> = io::sink_op(Vec::new(), 1 << 20, metrics);
+            let sink = FileSinkIo {
+                url: url.clone(),
+                conf: ctx.configuration.clone(),
+                subtask: ctx.subtask,
+                attempt: ctx.attempt,
+                open: None,
+            };
+            Ok((erase::<T>(op), Box::new(sink) as Box<dyn SinkIo>))
+        });
+        self.add_sink("Sink: File", factory)
+    }
+
+    /// Records to stdout, prefixed `{subtask + 1}> ` when the sink is parallel (as Flink).
+    pub fn print(&self) -> DataStreamSink {
+        let factory: SinkFactory = Arc::new(move |ctx: &OpContext, metrics: Arc<TaskMetrics>| {
+            let prefix = if ctx.parallelism > 1 {
+                format!("{}> ", ctx.subtask + 1).into_bytes()
+            } else {
+                Vec::new()
+            };
+            let op: BoxOp<T> = io::sink_op(prefix, 0, metrics);
+            Ok((erase::<T>(op), Box::new(PrintIo) as Box<dyn SinkIo>))
+        });
+        self.add_sink("Sink: Print to Std. Out", factory)
+    }
+}
+
+/// A sink, to set its parallelism.
+#[derive(Clone)]
+pub struct DataStreamSink {
+    shared: Arc<Mutex<Shared>>,
+    node: usize,
+}
+
+impl std::fmt::Debug for DataStreamSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataStreamSink")
+            .field("node", &self.node)
+            .finish()
+    }
+}
+
+impl DataStreamSink {
+    pub fn set_parallelism(self, parallelism: u32) -> Self {
+        lock(&self.shared).nodes[self.node].parallelism = Par::Fixed(parallelism.max(1));
+        self
+    }
+}
+
+/// A stream partitioned by key (Flink's `KeyedStream`); its aggregations keep per-key state.
+pub struct KeyedStream<T, K> {
+    stream: DataStream<T>,
+    key: KeyFn<T, K>,
+}
+
+impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedStream")
+            .field("node", &self.stream.node)
+            .finish()
+    }
+}
+
+impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
+    fn hash_input(&self, node: usize) -> NodeInput {
+        let key = self.key.clone();
+        let hasher: KeyHasher<T> = Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash(&key(r), scratch));
+        NodeInput {
+            node,
+            partitioner: Some(Partitioner::Hash),
+            key: Some(Arc::new(hasher)),
+        }
+    }
+
+    /// Keyed reduce with an associative `f`. STREAMING: the updated value for every record.
+    /// BATCH: a combiner before the exchange, then one result per key.
+    pub fn reduce<F: Fn(T, T) -> T + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
+        self.reduce_named("Reduce", f)
+    }
+
+    fn reduce_named<F: Fn(T, T) -> T + Send + Sync + 'static>(&self, name: &str, f: F) -> DataStream<T> {
+        let f = Arc::new(f);
+        let key = self.key.clone();
+        match self.stream.mode() {
+            RuntimeMode::Streaming => {
+                let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+                    Ok(erase::<T>(Box::new(StreamingReduce {
+                        key: key.clone(),
+                        f: f.clone(),
+                        state: HashMap::new(),
+                        down: downcast::<T>(down)?,
+                    })))
+                });
+                let input = self.hash_input(self.stream.node);
+                self.stream
+                    .add_operator("reduce", name, Par::Default, input, factory)
+            }
+            RuntimeMode::Batch => {
+                let (ck, cf) = (key.clone(), f.clone());
+                let combine: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+                    Ok(erase::<T>(Box::new(Combiner {
+                        key: ck.clone(),
+                        f: cf.clone(),
+                        state: HashMap::new(),
+                        down: downcast::<T>(down)?,
+                    })))
+                });
+                let input = NodeInput {
+                    node: self.stream.node,
+                    partitioner: None,
+                    key: None,
+                };
+                let combined: DataStream<T> =
+                    self.stream
+                        .add_operator("combine", "Combine", Par::SameAsInput, input, combine);
+                let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+                    Ok(erase::<T>(Box::new(SortedReduce {
+                        key: key.clone(),
+                        f: f.clone(),
+                        records: Vec::new(),
+                        down: downcast::<T>(down)?,
+                    })))
+                });
+                let input = self.hash_input(combined.node);
+                self.stream
+                    .add_operator("reduce", name, Par::Default, input, factory)
+            }
+        }
+    }
+
+    /// Per-key function with state `S` (default-initialised per key):
+    /// `f(key, value, &mut state, out)`. BATCH processes the keys one at a time, in key order.
+    pub fn process<S, O, F>(&self, f: F) -> DataStream<O>
+    where
+        S: Default + Send + 'static,
+        O: Data,
+        F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let key = self.key.clone();
+        let batch = self.stream.mode() == RuntimeMode::Batch;
+        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            let down = downcast::<O>(down)?;
+            Ok(if batch {
+                erase::<T>(Box::new(SortedProcess::<T, K, S, O, F> {
+                    key: key.clone(),
+                    f: f.clone(),
+                    records: Vec::new(),
+                    down,
+                    _state: PhantomData,
+                }))
+            } else {
+                erase::<T>(Box::new(StreamingProcess::<T, K, S, O, F> {
+                    key: key.clone(),
+                    f: f.clone(),
+                    state: HashMap::new(),
+                    down,
+                }))
+            })
+        });
+        let input = self.hash_input(self.stream.node);
+        self.stream
+            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
+    }
+
+    /// Records per key, as `(key, count)`.
+    pub fn count(&self) -> DataStream<(K, u64)> {
+        let key = self.key.clone();
+        self.stream
+            .map(move |r: T| (key(&r), 1u64))
+            .key_by(|p: &(K, u64)| p.0.clone())
+            .reduce_named("Count", |a, b| (a.0, a.1 + b.1))
+    }
+}
+
+impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<(A, N), K> {
+    /// Sums the second field per key, keeping the first (Flink's `sum(1)` on a `Tuple2`).
+    pub fn sum(&self) -> DataStream<(A, N)> {
+        self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1))
+    }
+}

@@ -1,0 +1,80 @@
+//! Errors of the DataStream API and the task runtime.
+
+/// What can go wrong building a job or running one of its tasks.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A job argument is missing, unknown or malformed (`--input`, `--output`, ...).
+    #[error("job argument {argument}: {message}")]
+    Argument { argument: String, message: String },
+    /// A configuration key has a value Floe cannot use.
+    #[error("configuration {key} = {value:?}: {message}")]
+    Configuration {
+        key: String,
+        value: String,
+        message: String,
+    },
+    /// No job of that name is registered.
+    #[error("unknown job {name:?}; registered jobs: {registered}")]
+    UnknownJob { name: String, registered: String },
+    /// The stream graph cannot be turned into a JobGraph.
+    #[error("invalid stream graph: {0}")]
+    Graph(String),
+    /// The scheduler rejected the generated JobGraph.
+    #[error("job graph: {0}")]
+    JobGraph(#[from] floe_scheduler::Error),
+    /// The TaskManager asked for a task that does not fit the job (wrong vertex, wrong gates).
+    #[error("task of vertex {vertex}: {message}")]
+    Task { vertex: u32, message: String },
+    /// A shuffle buffer did not decode (corrupt or written by a different job build).
+    #[error("cannot decode record: {0}")]
+    Decode(String),
+    /// Reading from or writing to the shuffle failed.
+    #[error("shuffle: {0}")]
+    Shuffle(#[from] floe_shuffle::Error),
+    /// Reading a source or writing a sink failed.
+    #[error("storage {path}: {source}")]
+    Storage {
+        path: String,
+        #[source]
+        source: opendal::Error,
+    },
+    /// Writing to stdout (the print sink) failed.
+    #[error("print sink: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// Whether retrying the task may help: storage and shuffle hiccups may pass, bad jobs do not.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Shuffle(e) => e.is_retryable(),
+            Error::Storage { source, .. } => source.is_temporary(),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn argument(argument: &str, message: impl Into<String>) -> Self {
+        Error::Argument {
+            argument: argument.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn config(key: &str, value: &str, message: impl Into<String>) -> Self {
+        Error::Configuration {
+            key: key.to_string(),
+            value: value.to_string(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn storage(path: &str, source: opendal::Error) -> Self {
+        Error::Storage {
+            path: path.to_string(),
+            source,
+        }
+    }
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

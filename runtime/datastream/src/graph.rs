@@ -1,0 +1,336 @@
+//! Job graph generation (Flink's `StreamingJobGraphGenerator`): chains operators connected by
+//! forward edges of equal parallelism into one JobVertex, and instantiates one vertex's chain for
+//! one subtask ([`BuiltJob::create_task`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use floe_scheduler::job_graph::{ResultPartitionType, VertexIndex, default_max_parallelism};
+use floe_scheduler::{JobEdge, JobGraph, JobVertex, Partitioner};
+
+use crate::api::{NodeKind, Par, RuntimeMode, StreamExecutionEnvironment, StreamNode, lock};
+use crate::data::fnv1a32;
+use crate::error::{Error, Result};
+use crate::operators::OpContext;
+use crate::task::{OutputRoute, Task, TaskContext};
+
+/// One vertex's operator chain and how its outputs route records.
+#[derive(Clone)]
+struct VertexPlan {
+    /// Stream node indices, head first.
+    chain: Vec<usize>,
+    /// Per JobGraph output: the consuming stream node (its input says partitioner and key).
+    outputs: Vec<OutputRoute>,
+    /// The stream node whose records arrive on the vertex's input.
+    input: Option<usize>,
+}
+
+/// A job ready to schedule and run: the JobGraph plus what each vertex runs.
+#[derive(Clone)]
+pub struct BuiltJob {
+    graph: JobGraph,
+    nodes: Arc<Vec<StreamNode>>,
+    plans: Vec<VertexPlan>,
+    mode: RuntimeMode,
+    buffer_timeout: Option<Duration>,
+    buffer_size: usize,
+    configuration: BTreeMap<String, String>,
+    fingerprint: String,
+}
+
+impl std::fmt::Debug for BuiltJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuiltJob")
+            .field("graph", &self.graph)
+            .field("mode", &self.mode)
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl StreamExecutionEnvironment {
+    /// Turns the recorded stream graph into a JobGraph (chained) and the per-vertex plans.
+    pub fn build(&self) -> Result<BuiltJob> {
+        let (nodes, mode) = {
+            let g = lock(&self.shared);
+            (g.nodes.clone(), g.mode)
+        };
+        if nodes.is_empty() {
+            return Err(Error::Graph("the job defines no operators".into()));
+        }
+        if !nodes.iter().any(|n| matches!(n.kind, NodeKind::Sink(_))) {
+            return Err(Error::Graph("the job defines no sink".into()));
+        }
+        let n = nodes.len();
+        let mut par = vec![0u32; n];
+        let mut consumers = vec![0usize; n];
+        for (i, node) in nodes.iter().enumerate() {
+            par[i] = match (node.parallelism, &node.input) {
+                (Par::Fixed(p), _) => p,
+                (Par::SameAsInput, Some(input)) => par[input.node],
+                _ => self.parallelism,
+            };
+            if let Some(input) = &node.input {
+                consumers[input.node] += 1;
+            }
+        }
+        let mut partitioner = vec![Partitioner::Forward; n];
+        let mut chained = vec![false; n];
+        let mut head = (0..n).collect::<Vec<_>>();
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(input) = &node.input else { continue };
+            let same = par[input.node] == par[i];
+            let p = input.partitioner.unwrap_or(if same {
+                Partitioner::Forward
+            } else {
+                Partitioner::Rebalance
+            });
+            if p == Partitioner::Forward && !same {
+                return Err(Error::Graph(format!(
+                    "forward partitioning between {} (parallelism {}) and {} (parallelism {})",
+                    nodes[input.node].name, par[input.node], node.name, par[i]
+                )));
+            }
+            partitioner[i] = p;
+            chained[i] = self.chaining
+                && !node.new_chain
+                && p == Partitioner::Forward
+                && same
+                && consumers[input.node] == 1;
+            if chained[i] {
+                head[i] = head[input.node];
+            }
+        }
+        // Vertices in order of their head nodes; ids from the head's kind, made unique.
+        let heads: Vec<usize> = (0..n).filter(|&i| head[i] == i).collect();
+        let mut seen: HashMap<&str, u32> = HashMap::new();
+        let mut vertex_of_head = HashMap::new();
+        let mut vertices = Vec::new();
+        let mut chains = Vec::new();
+        for &h in &heads {
+            let count = seen.entry(nodes[h].id).or_insert(0);
+            *count += 1;
+            let id = if *count == 1 {
+                nodes[h].id.to_string()
+            } else {
+                format!("{}-{}", nodes[h].id, count)
+            };
+            let chain: Vec<usize> = (0..n).filter(|&i| head[i] == h).collect();
+            let name = chain
+                .iter()
+                .map(|&i| nodes[i].name.as_str())
+                .collect::<Vec<_>>()
+                .join(" -> ");
+            let p = par[h];
+            vertex_of_head.insert(h, vertices.len());
+            vertices.push(JobVertex {
+                id,
+                name,
+                parallelism: p,
+                max_parallelism: self
+                    .max_parallelism
+                    .unwrap_or_else(|| default_max_parallelism(p))
+                    .max(p),
+                slot_sharing_group: "default".into(),
+            });
+            chains.push(chain);
+        }
+        // Edges in stream-node order: the JobGraph's data set i is edge i.
+        let mut edges = Vec::new();
+        let mut edge_nodes = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(input) = &node.input else { continue };
+            if chained[i] {
+                continue;
+            }
+            let (from, to) = (vertex_of_head[&head[input.node]], vertex_of_head[&i]);
+            edges.push(JobEdge {
+                from: vertices[from].id.clone(),
+                to: vertices[to].id.clone(),
+                pattern: partitioner[i].default_pattern(),
+                partitioner: partitioner[i],
+                partition_type: ResultPartitionType::PipelinedBounded,
+            });
+            edge_nodes.push(i);
+        }
+        let graph = JobGraph::new(vertices.clone(), edges)?;
+        let graph = match mode {
+            RuntimeMode::Streaming => graph.streaming(),
+            RuntimeMode::Batch => graph.with_shuffle_mode(self.shuffle_mode),
+        };
+        let mut plans = Vec::with_capacity(graph.vertices().len());
+        for (vi, v) in graph.vertices().iter().enumerate() {
+            let ours = vertices
+                .iter()
+                .position(|x| x.id == v.id)
+                .ok_or_else(|| Error::Graph(format!("vertex {} lost", v.id)))?;
+            let chain = chains[ours].clone();
+            let outputs = graph
+                .outputs(VertexIndex(vi as u32))
+                .iter()
+                .map(|r| {
+                    let consumer = edge_nodes[r.0 as usize];
+                    let ds = graph.data_set(*r);
+                    OutputRoute {
+                        partitioner: ds.partitioner,
+                        key: nodes[consumer].input.as_ref().and_then(|x| x.key.clone()),
+                        max_parallelism: graph.vertex(ds.consumer).max_parallelism,
+                    }
+                })
+                .collect();
+            let input = nodes[chain[0]].input.as_ref().map(|x| x.node);
+            plans.push(VertexPlan {
+                chain,
+                outputs,
+                input,
+            });
+        }
+        let fingerprint = format!(
+            "{:016x}{:08x}",
+            fnv64(format!("{graph:?}|{mode:?}").as_bytes()),
+            fnv1a32(format!("{graph:?}").as_bytes())
+        );
+        Ok(BuiltJob {
+            graph,
+            nodes: Arc::new(nodes),
+            plans,
+            mode,
+            buffer_timeout: self.buffer_timeout,
+            buffer_size: self.buffer_size,
+            configuration: self.configuration.clone(),
+            fingerprint,
+        })
+    }
+}
+
+impl BuiltJob {
+    pub fn job_graph(&self) -> &JobGraph {
+        &self.graph
+    }
+
+    /// Stable hash of the JobGraph (structure, chain names, partition types): equal in every
+    /// process that built the job from the same JobArgs with the same code.
+    pub fn fingerprint(&self) -> String {
+        self.fingerprint.clone()
+    }
+
+    pub fn runtime_mode(&self) -> RuntimeMode {
+        self.mode
+    }
+
+    /// `execution.buffer-timeout` (`None` = -1: flush only full buffers).
+    pub fn buffer_timeout(&self) -> Option<Duration> {
+        self.buffer_timeout
+    }
+
+    /// `taskmanager.memory.segment-size`.
+    pub fn buffer_size(&self) -> usize {
+        self.buffer_size
+    }
+
+    pub fn configuration(&self) -> &BTreeMap<String, String> {
+        &self.configuration
+    }
+
+    /// Instantiates the operator chain of JobGraph vertex `vertex` for one subtask.
+    pub fn create_task(&self, vertex: u32, ctx: TaskContext) -> Result<Task> {
+        let fail = |message: String| Error::Task { vertex, message };
+        let plan = self
+            .plans
+            .get(vertex as usize)
+            .ok_or_else(|| fail(format!("the job has {} vertices", self.plans.len())))?;
+        let expected_inputs = usize::from(plan.input.is_some());
+        if ctx.inputs.len() != expected_inputs {
+            return Err(fail(format!(
+                "expected {expected_inputs} input gates, got {}",
+                ctx.inputs.len()
+            )));
+        }
+        if ctx.outputs.len() != plan.outputs.len() {
+            return Err(fail(format!(
+                "expected {} partition writers, got {}",
+                plan.outputs.len(),
+                ctx.outputs.len()
+            )));
+        }
+        if ctx.parallelism == 0 || ctx.subtask >= ctx.parallelism {
+            return Err(fail(format!(
+                "subtask {} of parallelism {}",
+                ctx.subtask, ctx.parallelism
+            )));
+        }
+        let op_ctx = OpContext {
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            attempt: ctx.attempt,
+            configuration: ctx.configuration.clone(),
+        };
+        let (flush_each_record, flush_interval) = match ctx.buffer_timeout {
+            Some(t) if t.is_zero() => (true, None),
+            other => (false, other),
+        };
+        let tail = &self.nodes[*plan.chain.last().ok_or_else(|| fail("empty chain".into()))?];
+        let (mut down, sink, ops_end) = match &tail.kind {
+            NodeKind::Sink(factory) => {
+                let (op, io) = factory(&op_ctx, ctx.metrics.clone())?;
+                (op, Some(io), plan.chain.len() - 1)
+            }
+            _ => {
+                let ty = tail
+                    .out_type
+                    .as_ref()
+                    .ok_or_else(|| fail("tail has no output type".into()))?;
+                let subpartitions: Vec<u32> = ctx.outputs.iter().map(|w| w.num_subpartitions()).collect();
+                let w = ty.writer(
+                    &plan.outputs,
+                    &subpartitions,
+                    ctx.subtask,
+                    ctx.parallelism,
+                    ctx.buffer_size,
+                    flush_each_record,
+                    ctx.metrics.clone(),
+                )?;
+                (w, None, plan.chain.len())
+            }
+        };
+        for &i in plan.chain.iter().take(ops_end).skip(1).rev() {
+            match &self.nodes[i].kind {
+                NodeKind::Operator(factory) => down = factory(&op_ctx, down)?,
+                _ => return Err(fail(format!("{} cannot be chained", self.nodes[i].name))),
+            }
+        }
+        let first = &self.nodes[plan.chain[0]];
+        let input_head = |down| -> Result<_> {
+            let up = plan.input.ok_or_else(|| fail("no input".into()))?;
+            let ty = self.nodes[up]
+                .out_type
+                .as_ref()
+                .ok_or_else(|| fail("input has no record type".into()))?;
+            ty.input_head(down, ctx.metrics.clone())
+        };
+        let head = match &first.kind {
+            NodeKind::Source(factory) => factory(&op_ctx, down)?,
+            NodeKind::Operator(factory) if ops_end > 0 => input_head(factory(&op_ctx, down)?)?,
+            // The chain is just the sink: records go straight from the input into it.
+            _ => input_head(down)?,
+        };
+        Ok(Task {
+            vertex,
+            head,
+            input: ctx.inputs.into_iter().next(),
+            outputs: ctx.outputs,
+            sink,
+            flush_interval,
+        })
+    }
+}

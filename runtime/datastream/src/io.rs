@@ -1,0 +1,673 @@
+//! Sources and sinks: text files and directories on a file system or S3 (through opendal), the
+//! seeded word generator, sequences and collections; part-file and stdout sinks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use opendal::{Operator, services};
+
+use crate::data::Data;
+use crate::error::{Error, Result};
+use crate::operators::{BoxOp, Chunk, Collector, Op, Target};
+use crate::task::TaskMetrics;
+
+/// Bytes a text source reads per request (and per batch pushed through the chain).
+pub const DEFAULT_READ_CHUNK: usize = 4 << 20;
+
+/// A file system or bucket plus a path inside it.
+#[derive(Debug, Clone)]
+pub(crate) struct Location {
+    pub op: Operator,
+    /// Path relative to the operator's root, without a leading `/`.
+    pub path: String,
+    pub url: String,
+}
+
+fn setting(conf: &BTreeMap<String, String>, key: &str, env: &[&str]) -> Option<String> {
+    conf.get(key)
+        .cloned()
+        .or_else(|| env.iter().find_map(|e| std::env::var(e).ok()))
+        .filter(|v| !v.is_empty())
+}
+
+/// Opens `s3://bucket/prefix`, `file:///path` or a plain (absolute or relative) path.
+pub(crate) fn locate(url: &str, conf: &BTreeMap<String, String>) -> Result<Location> {
+    if let Some(rest) = url.strip_prefix("s3://").or_else(|| url.strip_prefix("s3a://")) {
+        let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(Error::argument(
+                url,
+                "an s3 URL needs a bucket: s3://bucket/prefix",
+            ));
+        }
+        let mut b = services::S3::default().bucket(bucket).root("/");
+        if let Some(v) = setting(conf, "s3.endpoint", &["AWS_ENDPOINT_URL", "S3_ENDPOINT"]) {
+            b = b.endpoint(&v);
+        }
+        let region = setting(conf, "s3.region", &["AWS_REGION", "AWS_DEFAULT_REGION"])
+            .unwrap_or_else(|| "us-east-1".to_string());
+        b = b.region(&region);
+        if let Some(v) = setting(conf, "s3.access-key", &["AWS_ACCESS_KEY_ID"]) {
+            b = b.access_key_id(&v);
+        }
+        if let Some(v) = setting(conf, "s3.secret-key", &["AWS_SECRET_ACCESS_KEY"]) {
+            b = b.secret_access_key(&v);
+        }
+        let op = Operator::new(b).map_err(|e| Error::storage(url, e))?;
+        return Ok(Location {
+            op,
+            path: path.trim_start_matches('/').to_string(),
+            url: url.to_string(),
+        });
+    }
+    let plain = url.strip_prefix("file://").unwrap_or(url);
+    let absolute = if plain.starts_with('/') {
+        std::path::PathBuf::from(plain)
+    } else {
+        std::env::current_dir()?.join(plain)
+    };
+    let op = Operator::new(services::Fs::default().root("/")).map_err(|e| Error::storage(url, e))?;
+    Ok(Location {
+        op,
+        path: absolute.to_string_lossy().trim_start_matches('/').to_string(),
+        url: url.to_string(),
+    })
+}
+
+/// The files under a location: the file itself, or the visible files of a directory (Hadoop's
+/// convention: names starting with `.` or `_` are hidden), sorted by name, with their sizes.
+pub(crate) async fn list_files(loc: &Location) -> Result<Vec<(String, u64)>> {
+    let storage = |e| Error::storage(&loc.url, e);
+    let trimmed = loc.path.trim_end_matches('/');
+    if !loc.path.ends_with('/') {
+        match loc.op.stat(trimmed).await {
+            Ok(meta) if meta.is_file() => return Ok(vec![(trimmed.to_string(), meta.content_length())]),
+            Ok(_) => {}
+            // S3 has no directories: a missing object may still be a prefix.
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+            Err(e) => return Err(storage(e)),
+        }
+    }
+    let dir = if trimmed.is_empty() {
+        String::new()
+    } else {
+        format!("{trimmed}/")
+    };
+    let mut files = Vec::new();
+    for entry in loc.op.list(&dir).await.map_err(storage)? {
+        let name = entry.name().trim_end_matches('/');
+        if entry.metadata().is_dir() || name.is_empty() || name.starts_with('.') || name.starts_with('_') {
+            continue;
+        }
+        let path = format!("{dir}{name}");
+        let size = loc.op.stat(&path).await.map_err(storage)?.content_length();
+        files.push((path, size));
+    }
+    if files.is_empty() {
+        return Err(Error::storage(
+            &loc.url,
+            opendal::Error::new(opendal::ErrorKind::NotFound, "no input files"),
+        ));
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Reads the lines of one subtask's byte range of the concatenated files, Hadoop-style: the range
+/// [i*len/p, (i+1)*len/p) owns the lines whose preceding newline (or file start) lies in it, so a
+/// subtask skips a partial first line and reads past its end to finish its last one.
+#[derive(Debug)]
+pub(crate) struct SplitReader {
+    loc: Location,
+    /// (path, file length, local start, local end) of each file overlapping the split.
+    files: Vec<(String, u64, u64, u64)>,
+    file: usize,
+    pos: u64,
+    line_start: u64,
+    skipping: bool,
+    carry: Vec<u8>,
+    chunk: usize,
+}
+
+impl SplitReader {
+    pub(crate) fn new(
+        loc: Location,
+        all: &[(String, u64)],
+        subtask: u32,
+        parallelism: u32,
+        chunk: usize,
+    ) -> Self {
+        let total: u64 = all.iter().map(|f| f.1).sum();
+        let (s, e) = (
+            (u128::from(total) * u128::from(subtask) / u128::from(parallelism)) as u64,
+            (u128::from(total) * (u128::from(subtask) + 1) / u128::from(parallelism)) as u64,
+        );
+        let mut files = Vec::new();
+        let mut offset = 0u64;
+        for (path, len) in all {
+            let (ls, le) = (
+                s.saturating_sub(offset).min(*len),
+                e.saturating_sub(offset).min(*len),
+            );
+            if ls < le {
+                files.push((path.clone(), *len, ls, le));
+            }
+            offset += len;
+        }
+        let mut reader = SplitReader {
+            loc,
+            files,
+            file: 0,
+            pos: 0,
+            line_start: 0,
+            skipping: false,
+            carry: Vec::new(),
+            chunk: chunk.max(1),
+        };
+        reader.start_file();
+        reader
+    }
+
+    fn start_file(&mut self) {
+        if let Some(&(_, _, ls, _)) = self.files.get(self.file) {
+            self.pos = ls;
+            self.line_start = ls;
+            self.skipping = ls > 0;
+            self.carry.clear();
+        }
+    }
+
+    fn next_file(&mut self) {
+        self.file += 1;
+        self.start_file();
+    }
+
+    /// Reads one chunk and emits the complete lines it owns; `Ok(false)` once the split is done.
+    pub(crate) async fn next_chunk(&mut self, emit: &mut (dyn FnMut(&[u8]) + Send)) -> Result<bool> {
+        let Some((path, len, _, le)) = self.files.get(self.file).cloned() else {
+            return Ok(false);
+        };
+        if self.pos >= len {
+            // End of file: an unterminated last line is still a line.
+            if !self.skipping && self.line_start < len && self.line_start <= le {
+                emit(strip_cr(&self.carry));
+            }
+            self.next_file();
+            return Ok(self.file < self.files.len());
+        }
+        let end = (self.pos + self.chunk as u64).min(len);
+        let buf = self
+            .loc
+            .op
+            .read_with(&path)
+            .range(self.pos..end)
+            .await
+            .map_err(|e| Error::storage(&path, e))?
+            .to_bytes();
+        let base = self.pos;
+        self.pos = end;
+        let mut rest: &[u8] = &buf;
+        let mut at = base;
+        if self.skipping {
+            match memchr::memchr(b'\n', rest) {
+                None => return Ok(true),
+                Some(i) => {
+                    self.skipping = false;
+                    at = base + i as u64 + 1;
+                    rest = &rest[i + 1..];
+                    self.line_start = at;
+                }
+            }
+        }
+        while let Some(i) = memchr::memchr(b'\n', rest) {
+            if self.line_start > le {
+                self.next_file();
+                return Ok(self.file < self.files.len());
+            }
+            if self.carry.is_empty() {
+                emit(strip_cr(&rest[..i]));
+            } else {
+                self.carry.extend_from_slice(&rest[..i]);
+                emit(strip_cr(&self.carry));
+                self.carry.clear();
+            }
+            at += i as u64 + 1;
+            rest = &rest[i + 1..];
+            self.line_start = at;
+        }
+        if self.line_start > le {
+            self.next_file();
+            return Ok(self.file < self.files.len());
+        }
+        self.carry.extend_from_slice(rest);
+        Ok(true)
+    }
+}
+
+fn strip_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// Drives a source: pushes one batch of records into the chain per call.
+#[async_trait]
+pub(crate) trait Source<T>: Send {
+    /// Emits the next batch; `Ok(false)` when the source is exhausted.
+    async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool>;
+}
+
+/// `read_text_file`: lines of this subtask's split.
+#[derive(Debug)]
+pub(crate) struct TextSource {
+    pub url: String,
+    pub conf: BTreeMap<String, String>,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub chunk: usize,
+    pub reader: Option<SplitReader>,
+}
+
+#[async_trait]
+impl Source<String> for TextSource {
+    async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
+        if self.reader.is_none() {
+            let loc = locate(&self.url, &self.conf)?;
+            let files = list_files(&loc).await?;
+            self.reader = Some(SplitReader::new(
+                loc,
+                &files,
+                self.subtask,
+                self.parallelism,
+                self.chunk,
+            ));
+        }
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(false);
+        };
+        reader
+            .next_chunk(&mut |line| out.collect(String::from_utf8_lossy(line).into_owned()))
+            .await
+    }
+}
+
+/// SplitMix64: a tiny, seedable, portable generator (the same numbers in every process).
+#[derive(Debug, Clone)]
+pub(crate) struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Words in the generator's vocabulary.
+pub const GENERATOR_VOCABULARY: usize = 10_000;
+
+/// The word of Zipf rank `rank`: bijective base 26 (`a`..`z`, `aa`, ...), letters only.
+pub fn generator_word(rank: usize) -> String {
+    let mut n = rank + 1;
+    let mut letters = Vec::new();
+    while n > 0 {
+        n -= 1;
+        letters.push(b'a' + (n % 26) as u8);
+        n /= 26;
+    }
+    letters.reverse();
+    String::from_utf8_lossy(&letters).into_owned()
+}
+
+/// The `index`-th line of the generator with `seed`: 1 to 12 Zipf(1.0)-distributed words. A pure
+/// function of (seed, index), so the output does not depend on the parallelism.
+pub fn generator_line(seed: u64, index: u64, cdf: &[f64], words: &[String]) -> String {
+    let mut rng = SplitMix::new(seed ^ SplitMix::new(index).next_u64());
+    let n = 1 + (rng.next_u64() % 12) as usize;
+    let mut line = String::new();
+    for i in 0..n {
+        let u = rng.next_f64();
+        let rank = cdf.partition_point(|&c| c < u).min(words.len() - 1);
+        if i > 0 {
+            line.push(' ');
+        }
+        line.push_str(&words[rank]);
+    }
+    line
+}
+
+/// Cumulative Zipf(1.0) distribution over the vocabulary, and the vocabulary.
+pub fn generator_vocabulary() -> (Vec<f64>, Vec<String>) {
+    let weights: Vec<f64> = (1..=GENERATOR_VOCABULARY).map(|r| 1.0 / r as f64).collect();
+    let total: f64 = weights.iter().sum();
+    let mut acc = 0.0;
+    let cdf = weights
+        .iter()
+        .map(|w| {
+            acc += w / total;
+            acc
+        })
+        .collect();
+    (cdf, (0..GENERATOR_VOCABULARY).map(generator_word).collect())
+}
+
+/// `data_generator`: lines `subtask, subtask + p, ...` (unbounded) or this subtask's contiguous
+/// share of `0..count`, optionally at `rate` lines per second (for the whole source).
+#[derive(Debug)]
+pub(crate) struct GeneratorSource {
+    pub seed: u64,
+    pub next: u64,
+    pub end: Option<u64>,
+    pub step: u64,
+    pub rate: Option<f64>,
+    pub emitted: u64,
+    pub started: Option<Instant>,
+    pub vocabulary: (Vec<f64>, Vec<String>),
+}
+
+#[async_trait]
+impl Source<String> for GeneratorSource {
+    async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
+        let batch = match self.rate {
+            Some(r) => ((r / 10.0) as u64).clamp(1, 1024),
+            None => 1024,
+        };
+        for _ in 0..batch {
+            if self.end.is_some_and(|e| self.next >= e) {
+                return Ok(false);
+            }
+            out.collect(generator_line(
+                self.seed,
+                self.next,
+                &self.vocabulary.0,
+                &self.vocabulary.1,
+            ));
+            self.next += self.step;
+            self.emitted += 1;
+        }
+        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
+            let started = *self.started.get_or_insert_with(Instant::now);
+            let due = started + Duration::from_secs_f64(self.emitted as f64 / rate);
+            tokio::time::sleep_until(due.into()).await;
+        }
+        Ok(self.end.is_none_or(|e| self.next < e))
+    }
+}
+
+/// `generate_sequence`: this subtask's contiguous share of `from..=to`.
+#[derive(Debug)]
+pub(crate) struct SequenceSource {
+    pub next: u64,
+    /// Exclusive end.
+    pub end: u64,
+}
+
+#[async_trait]
+impl Source<u64> for SequenceSource {
+    async fn produce(&mut self, out: &mut dyn Op<u64>) -> Result<bool> {
+        let stop = self.end.min(self.next.saturating_add(4096));
+        while self.next < stop {
+            out.collect(self.next);
+            self.next += 1;
+        }
+        Ok(self.next < self.end)
+    }
+}
+
+/// `from_collection`: the elements (the source runs with parallelism 1, as in Flink).
+#[derive(Debug)]
+pub(crate) struct CollectionSource<T> {
+    pub items: Arc<Vec<T>>,
+    pub next: usize,
+}
+
+#[async_trait]
+impl<T: Data> Source<T> for CollectionSource<T> {
+    async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool> {
+        let stop = self.items.len().min(self.next + 4096);
+        for item in &self.items[self.next..stop] {
+            out.collect(item.clone());
+        }
+        self.next = stop;
+        Ok(self.next < self.items.len())
+    }
+}
+
+/// The synchronous end of a sink: formats records as text lines into chunks for the async side.
+pub(crate) struct SinkOp<T> {
+    pub prefix: Vec<u8>,
+    pub buffer: Vec<u8>,
+    /// Hand the buffer on once it holds this many bytes (0: at every drain).
+    pub threshold: usize,
+    pub pending: Vec<Chunk>,
+    pub count: u64,
+    pub metrics: Arc<TaskMetrics>,
+    pub _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T: Data> Collector<T> for SinkOp<T> {
+    fn collect(&mut self, record: T) {
+        self.buffer.extend_from_slice(&self.prefix);
+        record.write_text(&mut self.buffer);
+        self.buffer.push(b'\n');
+        self.count += 1;
+        if self.threshold > 0 && self.buffer.len() >= self.threshold {
+            self.pending.push(Chunk {
+                target: Target::Sink,
+                subpartition: 0,
+                bytes: Bytes::from(std::mem::take(&mut self.buffer)),
+            });
+        }
+    }
+}
+
+impl<T: Data> Op<T> for SinkOp<T> {
+    fn finish(&mut self) {}
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        if (flush || self.threshold == 0) && !self.buffer.is_empty() {
+            self.pending.push(Chunk {
+                target: Target::Sink,
+                subpartition: 0,
+                bytes: Bytes::from(std::mem::take(&mut self.buffer)),
+            });
+        }
+        out.append(&mut self.pending);
+        self.metrics.add_out(std::mem::take(&mut self.count));
+    }
+}
+
+pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
+    Box::new(SinkOp::<T> {
+        prefix,
+        buffer: Vec::new(),
+        threshold,
+        pending: Vec::new(),
+        count: 0,
+        metrics,
+        _t: std::marker::PhantomData,
+    })
+}
+
+/// The asynchronous end of a sink.
+#[async_trait]
+pub(crate) trait SinkIo: Send {
+    async fn write(&mut self, bytes: Bytes) -> Result<()>;
+    /// Makes the output visible (commit); only called after all input was processed.
+    async fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// `sink_to_file`: `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` on success.
+pub(crate) struct FileSinkIo {
+    pub url: String,
+    pub conf: BTreeMap<String, String>,
+    pub subtask: u32,
+    pub attempt: u32,
+    pub open: Option<(Location, String, opendal::Writer)>,
+}
+
+impl std::fmt::Debug for FileSinkIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSinkIo")
+            .field("url", &self.url)
+            .field("subtask", &self.subtask)
+            .field("attempt", &self.attempt)
+            .finish()
+    }
+}
+
+impl FileSinkIo {
+    async fn writer(&mut self) -> Result<&mut opendal::Writer> {
+        if self.open.is_none() {
+            let loc = locate(&self.url, &self.conf)?;
+            let dir = loc.path.trim_end_matches('/').to_string();
+            let tmp = format!("{dir}/.part-{}-{}.inprogress", self.subtask, self.attempt);
+            let w = loc.op.writer(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
+            self.open = Some((loc, tmp, w));
+        }
+        match self.open.as_mut() {
+            Some((_, _, w)) => Ok(w),
+            None => Err(Error::Graph("sink writer not open".into())),
+        }
+    }
+}
+
+#[async_trait]
+impl SinkIo for FileSinkIo {
+    async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        let url = self.url.clone();
+        self.writer()
+            .await?
+            .write(bytes)
+            .await
+            .map_err(|e| Error::storage(&url, e))
+    }
+
+    async fn close(mut self: Box<Self>) -> Result<()> {
+        self.writer().await?;
+        let Some((loc, tmp, mut w)) = self.open.take() else {
+            return Ok(());
+        };
+        w.close().await.map_err(|e| Error::storage(&tmp, e))?;
+        let dir = loc.path.trim_end_matches('/');
+        let fin = format!("{dir}/part-{}", self.subtask);
+        if loc.op.info().capability().rename {
+            loc.op
+                .rename(&tmp, &fin)
+                .await
+                .map_err(|e| Error::storage(&fin, e))?;
+        } else {
+            loc.op
+                .copy(&tmp, &fin)
+                .await
+                .map_err(|e| Error::storage(&fin, e))?;
+            loc.op.delete(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// `print`: lines to stdout.
+#[derive(Debug)]
+pub(crate) struct PrintIo;
+
+#[async_trait]
+impl SinkIo for PrintIo {
+    async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut out = tokio::io::stdout();
+        out.write_all(&bytes).await?;
+        out.flush().await?;
+        Ok(())
+    }
+
+    async fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_inputs(dir: &std::path::Path) -> Vec<String> {
+        let mut rng = SplitMix::new(7);
+        let mut expected = Vec::new();
+        for f in 0..4 {
+            let mut text = String::new();
+            let lines = 1 + rng.next_u64() % 40;
+            for l in 0..lines {
+                let len = rng.next_u64() % 30;
+                let line: String = (0..len).map(|i| (b'a' + ((i + l) % 26) as u8) as char).collect();
+                let line = format!("f{f}l{l}:{line}");
+                text.push_str(&line);
+                expected.push(line);
+                if l + 1 < lines || f % 2 == 0 {
+                    text.push('\n');
+                }
+            }
+            std::fs::write(dir.join(format!("in-{f}.txt")), text).expect("write input");
+        }
+        // Empty lines and an empty file are part of the input too.
+        std::fs::write(dir.join("in-4.txt"), "\n\nx\r\n\n").expect("write");
+        expected.extend(["", "", "x", ""].map(String::from));
+        std::fs::write(dir.join("in-5.txt"), "").expect("write");
+        std::fs::write(dir.join("_hidden"), "not input\n").expect("write");
+        expected.sort();
+        expected
+    }
+
+    #[tokio::test]
+    async fn every_line_is_read_exactly_once_for_any_parallelism_and_chunk_size() {
+        let dir = std::env::temp_dir().join(format!("floe-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let expected = write_inputs(&dir);
+        let loc = locate(&dir.to_string_lossy(), &BTreeMap::new()).expect("locate");
+        let files = list_files(&loc).await.expect("list");
+        assert_eq!(files.len(), 6, "hidden files are skipped: {files:?}");
+        for p in 1..=5u32 {
+            for chunk in [1usize, 3, 7, 64, 1 << 20] {
+                let mut got = Vec::new();
+                for s in 0..p {
+                    let mut r = SplitReader::new(loc.clone(), &files, s, p, chunk);
+                    while r
+                        .next_chunk(&mut |l| got.push(String::from_utf8_lossy(l).into_owned()))
+                        .await
+                        .expect("read")
+                    {}
+                }
+                got.sort();
+                assert_eq!(got, expected, "p={p} chunk={chunk}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn generator_is_deterministic_and_zipf_skewed() {
+        let (cdf, words) = generator_vocabulary();
+        let a = generator_line(1, 5, &cdf, &words);
+        assert_eq!(a, generator_line(1, 5, &cdf, &words));
+        let mut top = 0;
+        let mut total = 0;
+        for i in 0..2000 {
+            for w in generator_line(1, i, &cdf, &words).split(' ') {
+                total += 1;
+                top += usize::from(w == "a");
+            }
+        }
+        // Rank 1 of Zipf(1.0) over 10,000 words has probability ~0.102.
+        assert!(top * 20 > total && top * 6 < total, "{top} of {total}");
+        assert_eq!(generator_word(0), "a");
+        assert_eq!(generator_word(26), "aa");
+    }
+}

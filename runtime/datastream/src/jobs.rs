@@ -1,0 +1,294 @@
+//! The job registry: jobs are Rust functions compiled into the worker, looked up by name; every
+//! process runs the same function on the same [`JobArgs`] and so gets the same graph.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::StreamExecutionEnvironment;
+use crate::error::{Error, Result};
+use crate::graph::BuiltJob;
+use crate::operators::Collector;
+
+/// What the CLI and the FlinkJob manifest say about a job.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JobArgs {
+    pub name: String,
+    pub args: Vec<String>,
+    pub configuration: BTreeMap<String, String>,
+}
+
+/// A job's build function: records sources, transformations and sinks on the environment.
+pub type JobFn = Arc<dyn Fn(&mut StreamExecutionEnvironment, &[String]) -> Result<()> + Send + Sync>;
+
+/// Jobs by name.
+#[derive(Clone, Default)]
+pub struct JobRegistry {
+    jobs: BTreeMap<String, JobFn>,
+}
+
+impl std::fmt::Debug for JobRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.jobs.keys()).finish()
+    }
+}
+
+impl JobRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The jobs that ship with Floe: `wordcount` and `pipeline`.
+    pub fn builtin() -> Self {
+        let mut r = Self::new();
+        r.register("wordcount", wordcount);
+        r.register("pipeline", pipeline);
+        r
+    }
+
+    pub fn register<F>(&mut self, name: &str, build: F) -> &mut Self
+    where
+        F: Fn(&mut StreamExecutionEnvironment, &[String]) -> Result<()> + Send + Sync + 'static,
+    {
+        self.jobs.insert(name.to_string(), Arc::new(build));
+        self
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.jobs.keys().cloned().collect()
+    }
+
+    /// Configures an environment from `args.configuration`, runs the job's build function and
+    /// generates the JobGraph.
+    pub fn build(&self, args: &JobArgs) -> Result<BuiltJob> {
+        let job = self.jobs.get(&args.name).ok_or_else(|| Error::UnknownJob {
+            name: args.name.clone(),
+            registered: self.names().join(", "),
+        })?;
+        let mut env = StreamExecutionEnvironment::from_configuration(&args.configuration)?;
+        job(&mut env, &args.args)?;
+        env.build()
+    }
+}
+
+/// Parses `--name value` pairs; every name must be in `known`, every name in `required` present.
+pub fn parse_args(args: &[String], known: &[&str], required: &[&str]) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let name = arg
+            .strip_prefix("--")
+            .ok_or_else(|| Error::argument(arg, "expected --name value"))?;
+        let (name, value) = match name.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (
+                name.to_string(),
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| Error::argument(arg, "missing value"))?,
+            ),
+        };
+        if !known.contains(&name.as_str()) {
+            return Err(Error::argument(
+                &format!("--{name}"),
+                format!(
+                    "unknown argument; expected {}",
+                    known
+                        .iter()
+                        .map(|k| format!("--{k}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        out.insert(name, value);
+    }
+    for r in required {
+        if !out.contains_key(*r) {
+            return Err(Error::argument(&format!("--{r}"), "is required"));
+        }
+    }
+    Ok(out)
+}
+
+/// Flink's WordCount tokenizer: lowercase, split on `\W+` (anything but ASCII letters, digits and
+/// `_`), drop empty tokens. Calls `f` per word without allocating (one reused buffer for words
+/// that need lowercasing).
+pub fn tokenize(line: &str, mut f: impl FnMut(&str)) {
+    let bytes = line.as_bytes();
+    let mut lower = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        while i < bytes.len() && !is_word(bytes[i]) {
+            i += 1;
+        }
+        let start = i;
+        let mut upper = false;
+        while i < bytes.len() && is_word(bytes[i]) {
+            upper |= bytes[i].is_ascii_uppercase();
+            i += 1;
+        }
+        if start < i {
+            // Word bytes are ASCII, so the slice is on char boundaries.
+            let word = &line[start..i];
+            if upper {
+                lower.clear();
+                lower.push_str(word);
+                lower.make_ascii_lowercase();
+                f(&lower);
+            } else {
+                f(word);
+            }
+        }
+    }
+}
+
+#[inline]
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The built-in `wordcount`: Flink's WordCount example.
+/// `--input PATH_OR_URL --output PATH_OR_URL`; output lines `word<TAB>count`.
+pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
+    let args = parse_args(args, &["input", "output"], &["input", "output"])?;
+    env.read_text_file(&args["input"])
+        .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
+            tokenize(&line, |w| out.collect((w.to_string(), 1)))
+        })
+        .name("Tokenizer")
+        .key_by(|p: &(String, u64)| p.0.clone())
+        .sum()
+        .sink_to_file(&args["output"]);
+    Ok(())
+}
+
+/// The built-in `pipeline`: generator -> map -> keyed reduce -> file sink, with every knob scheduling
+/// and flow-control tests need. Source and map are separate vertices (`start_new_chain`), as in the
+/// Source(4) -> Map(4) -> Reduce(3) example of Flink's scheduling docs.
+///
+/// `--output PATH [--records N (lines; 0 = unbounded; default 100000)] [--rate LINES_PER_S]
+/// [--seed S] [--source-parallelism P] [--map-parallelism P] [--reduce-parallelism P]
+/// [--sink-delay-us D (a deliberately slow sink)]`; output lines `word<TAB>count`.
+pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
+    const KNOWN: [&str; 8] = [
+        "output",
+        "records",
+        "rate",
+        "seed",
+        "source-parallelism",
+        "map-parallelism",
+        "reduce-parallelism",
+        "sink-delay-us",
+    ];
+    let a = parse_args(args, &KNOWN, &["output"])?;
+    let number = |key: &str, default: u64| -> Result<u64> {
+        match a.get(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| {
+                Error::argument(
+                    &format!("--{key}"),
+                    format!("expected a non-negative integer, got {v:?}"),
+                )
+            }),
+        }
+    };
+    let default_p = u64::from(env.parallelism());
+    let records = number("records", 100_000)?;
+    let rate = match a.get("rate") {
+        None => None,
+        Some(v) => Some(
+            v.parse::<f64>()
+                .map_err(|_| Error::argument("--rate", format!("expected lines per second, got {v:?}")))?,
+        ),
+    };
+    let seed = number("seed", 42)?;
+    let parallelism = |key: &str| -> Result<u32> {
+        match number(key, default_p)? {
+            0 => Err(Error::argument(&format!("--{key}"), "must be at least 1")),
+            p => u32::try_from(p).map_err(|_| Error::argument(&format!("--{key}"), "too large")),
+        }
+    };
+    let (sp, mp, rp) = (
+        parallelism("source-parallelism")?,
+        parallelism("map-parallelism")?,
+        parallelism("reduce-parallelism")?,
+    );
+    let delay = std::time::Duration::from_micros(number("sink-delay-us", 0)?);
+    let words = env
+        .data_generator(seed, (records > 0).then_some(records), rate)
+        .set_parallelism(sp)
+        .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
+            tokenize(&line, |w| out.collect((w.to_string(), 1)))
+        })
+        .name("Map")
+        .uid("map")
+        .set_parallelism(mp)
+        .start_new_chain();
+    let reduced = words
+        .key_by(|p: &(String, u64)| p.0.clone())
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .set_parallelism(rp)
+        .name("Reduce");
+    let slowed = if delay.is_zero() {
+        reduced
+    } else {
+        // Blocking on purpose: this stands for a sink whose external system is slow.
+        reduced
+            .map(move |r| {
+                std::thread::sleep(delay);
+                r
+            })
+            .set_parallelism(rp)
+    };
+    slowed.sink_to_file(&a["output"]).set_parallelism(rp);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_matches_flinks() {
+        let mut words = Vec::new();
+        tokenize("Hello, World! hello_world x2", |w| words.push(w.to_string()));
+        assert_eq!(words, ["hello", "world", "hello_world", "x2"]);
+        words.clear();
+        tokenize("  --ÄBC déf--  ", |w| words.push(w.to_string()));
+        assert_eq!(words, ["bc", "d", "f"]);
+        words.clear();
+        tokenize("", |w| words.push(w.to_string()));
+        assert!(words.is_empty());
+    }
+
+    #[test]
+    fn bad_arguments_name_the_argument() {
+        let r = JobRegistry::builtin();
+        let build = |args: &[&str]| {
+            r.build(&JobArgs {
+                name: "wordcount".into(),
+                args: args.iter().map(|s| s.to_string()).collect(),
+                configuration: BTreeMap::new(),
+            })
+        };
+        let e = build(&["--input", "/tmp/x"])
+            .expect_err("missing output")
+            .to_string();
+        assert!(e.contains("--output"), "{e}");
+        let e = build(&["--input", "/tmp/x", "--output", "/tmp/y", "--bogus", "1"])
+            .expect_err("unknown")
+            .to_string();
+        assert!(e.contains("--bogus"), "{e}");
+        let e = build(&["--input"]).expect_err("no value").to_string();
+        assert!(e.contains("--input"), "{e}");
+        let e = r
+            .build(&JobArgs {
+                name: "nope".into(),
+                ..JobArgs::default()
+            })
+            .expect_err("unknown job")
+            .to_string();
+        assert!(e.contains("nope") && e.contains("wordcount"), "{e}");
+    }
+}

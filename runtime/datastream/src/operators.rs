@@ -1,0 +1,438 @@
+//! The per-record path: operators push records into the next operator of their chain through
+//! [`Op`]. Every operator is a generic struct over the user's closure, so the only dynamic call per
+//! record and operator is the one into the next operator; type erasure happens once per task, when
+//! [`OpFactory`]s downcast the chain built so far.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::data::Data;
+use crate::error::{Error, Result};
+
+/// Where user functions put their output records (the `Collector` of Flink's `FlatMapFunction`).
+pub trait Collector<T>: Send {
+    fn collect(&mut self, record: T);
+}
+
+/// Which async consumer a chunk of serialised bytes goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Output `i` of the vertex (a `PartitionWriter`).
+    Output(usize),
+    /// The chain's sink (file or stdout).
+    Sink,
+}
+
+/// A finished buffer waiting to be written: the synchronous chain produces them, the task's async
+/// loop hands them on (emit, sink write), so backpressure reaches the chain between input buffers.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub target: Target,
+    pub subpartition: u32,
+    pub bytes: Bytes,
+}
+
+/// One link of an operator chain.
+pub(crate) trait Op<T>: Collector<T> {
+    /// End of input: emit what is held back (batch aggregates), then finish the rest of the chain.
+    fn finish(&mut self);
+    /// Move finished buffers (and partially filled ones if `flush`) of the chain's tail to `out`.
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
+}
+
+pub(crate) type BoxOp<T> = Box<dyn Op<T>>;
+
+/// A chain link of some record type, erased (`Box<BoxOp<T>>`); downcast once per task.
+pub(crate) type AnyOp = Box<dyn Any + Send>;
+
+pub(crate) fn erase<T: Data>(op: BoxOp<T>) -> AnyOp {
+    Box::new(op)
+}
+
+pub(crate) fn downcast<T: Data>(op: AnyOp) -> Result<BoxOp<T>> {
+    op.downcast::<BoxOp<T>>().map(|b| *b).map_err(|_| {
+        Error::Graph(format!(
+            "operator chain type mismatch: expected records of {}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// Which subtask an operator runs as.
+#[derive(Debug, Clone)]
+pub(crate) struct OpContext {
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub attempt: u32,
+    pub configuration: std::collections::BTreeMap<String, String>,
+}
+
+/// Builds one operator in front of the (already built) rest of its chain.
+pub(crate) type OpFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<AnyOp> + Send + Sync>;
+
+/// The key of a record, as a key selector gives it.
+pub(crate) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
+
+macro_rules! forward_control {
+    () => {
+        fn finish(&mut self) {
+            self.down.finish()
+        }
+        fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+            self.down.drain(flush, out)
+        }
+    };
+}
+
+pub(crate) struct MapOp<I, O, F> {
+    pub f: Arc<F>,
+    pub down: BoxOp<O>,
+    pub _in: PhantomData<fn(I)>,
+}
+
+impl<I: Data, O: Data, F: Fn(I) -> O + Send + Sync + 'static> Collector<I> for MapOp<I, O, F> {
+    #[inline]
+    fn collect(&mut self, record: I) {
+        self.down.collect((self.f)(record))
+    }
+}
+
+impl<I: Data, O: Data, F: Fn(I) -> O + Send + Sync + 'static> Op<I> for MapOp<I, O, F> {
+    forward_control!();
+}
+
+pub(crate) struct FilterOp<T, F> {
+    pub f: Arc<F>,
+    pub down: BoxOp<T>,
+}
+
+impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Collector<T> for FilterOp<T, F> {
+    #[inline]
+    fn collect(&mut self, record: T) {
+        if (self.f)(&record) {
+            self.down.collect(record)
+        }
+    }
+}
+
+impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Op<T> for FilterOp<T, F> {
+    forward_control!();
+}
+
+pub(crate) struct FlatMapOp<I, O, F> {
+    pub f: Arc<F>,
+    pub down: BoxOp<O>,
+    pub _in: PhantomData<fn(I)>,
+}
+
+impl<I, O, F> Collector<I> for FlatMapOp<I, O, F>
+where
+    I: Data,
+    O: Data,
+    F: Fn(I, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    #[inline]
+    fn collect(&mut self, record: I) {
+        (self.f)(record, &mut *self.down)
+    }
+}
+
+impl<I, O, F> Op<I> for FlatMapOp<I, O, F>
+where
+    I: Data,
+    O: Data,
+    F: Fn(I, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    forward_control!();
+}
+
+/// STREAMING keyed reduce: state in a HashMap, the updated value emitted for every record.
+pub(crate) struct StreamingReduce<T, K, F> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub state: HashMap<K, T>,
+    pub down: BoxOp<T>,
+}
+
+impl<T, K, F> Collector<T> for StreamingReduce<T, K, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn collect(&mut self, record: T) {
+        let key = (self.key)(&record);
+        let value = match self.state.remove(&key) {
+            Some(acc) => (self.f)(acc, record),
+            None => record,
+        };
+        self.down.collect(value.clone());
+        self.state.insert(key, value);
+    }
+}
+
+impl<T, K, F> Op<T> for StreamingReduce<T, K, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    forward_control!();
+}
+
+/// BATCH keyed reduce: all input is kept, sorted by key at end of input and reduced one key at a
+/// time; one result per key.
+pub(crate) struct SortedReduce<T, K, F> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub records: Vec<(K, T)>,
+    pub down: BoxOp<T>,
+}
+
+impl<T, K, F> Collector<T> for SortedReduce<T, K, F>
+where
+    T: Data,
+    K: Data + Ord,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn collect(&mut self, record: T) {
+        self.records.push(((self.key)(&record), record));
+    }
+}
+
+impl<T, K, F> Op<T> for SortedReduce<T, K, F>
+where
+    T: Data,
+    K: Data + Ord,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn finish(&mut self) {
+        let mut records = std::mem::take(&mut self.records);
+        records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut current: Option<(K, T)> = None;
+        for (k, v) in records {
+            current = match current {
+                Some((ck, acc)) if ck == k => Some((ck, (self.f)(acc, v))),
+                Some((_, acc)) => {
+                    self.down.collect(acc);
+                    Some((k, v))
+                }
+                None => Some((k, v)),
+            };
+        }
+        if let Some((_, acc)) = current {
+            self.down.collect(acc);
+        }
+        self.down.finish();
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+}
+
+/// Keys a combiner holds before it flushes its partial results downstream.
+pub(crate) const COMBINER_MAX_KEYS: usize = 1 << 16;
+
+/// BATCH producer-side combiner before a hash exchange (Flink DataSet's combinable reduce): partial
+/// aggregates per key in a bounded map, flushed when large and at end of input.
+pub(crate) struct Combiner<T, K, F> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub state: HashMap<K, T>,
+    pub down: BoxOp<T>,
+}
+
+impl<T, K, F> Collector<T> for Combiner<T, K, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn collect(&mut self, record: T) {
+        let key = (self.key)(&record);
+        match self.state.remove(&key) {
+            Some(acc) => {
+                let merged = (self.f)(acc, record);
+                self.state.insert(key, merged);
+            }
+            None => {
+                if self.state.len() >= COMBINER_MAX_KEYS {
+                    self.flush();
+                }
+                self.state.insert(key, record);
+            }
+        }
+    }
+}
+
+impl<T, K, F> Combiner<T, K, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn flush(&mut self) {
+        for (_, v) in self.state.drain() {
+            self.down.collect(v);
+        }
+    }
+}
+
+impl<T, K, F> Op<T> for Combiner<T, K, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn finish(&mut self) {
+        self.flush();
+        self.down.finish();
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+}
+
+/// STREAMING keyed process function with per-key state of type `S`.
+pub(crate) struct StreamingProcess<T, K, S, O, F> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub state: HashMap<K, S>,
+    pub down: BoxOp<O>,
+}
+
+impl<T, K, S, O, F> Collector<T> for StreamingProcess<T, K, S, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    S: Default + Send + 'static,
+    O: Data,
+    F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    fn collect(&mut self, record: T) {
+        let key = (self.key)(&record);
+        let state = self.state.entry(key.clone()).or_default();
+        (self.f)(&key, record, state, &mut *self.down);
+    }
+}
+
+impl<T, K, S, O, F> Op<T> for StreamingProcess<T, K, S, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq,
+    S: Default + Send + 'static,
+    O: Data,
+    F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    forward_control!();
+}
+
+/// BATCH keyed process function: input sorted by key at end of input, then processed one key at a
+/// time with fresh state per key (arrival order kept within a key).
+pub(crate) struct SortedProcess<T, K, S, O, F> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub records: Vec<(K, T)>,
+    pub down: BoxOp<O>,
+    pub _state: PhantomData<fn() -> S>,
+}
+
+impl<T, K, S, O, F> Collector<T> for SortedProcess<T, K, S, O, F>
+where
+    T: Data,
+    K: Data + Ord,
+    S: Default + Send + 'static,
+    O: Data,
+    F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    fn collect(&mut self, record: T) {
+        self.records.push(((self.key)(&record), record));
+    }
+}
+
+impl<T, K, S, O, F> Op<T> for SortedProcess<T, K, S, O, F>
+where
+    T: Data,
+    K: Data + Ord,
+    S: Default + Send + 'static,
+    O: Data,
+    F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    fn finish(&mut self) {
+        let mut records = std::mem::take(&mut self.records);
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut current: Option<(K, S)> = None;
+        for (k, v) in records {
+            let same = matches!(&current, Some((ck, _)) if *ck == k);
+            if !same {
+                current = Some((k, S::default()));
+            }
+            if let Some((ck, state)) = current.as_mut() {
+                (self.f)(ck, v, state, &mut *self.down);
+            }
+        }
+        self.down.finish();
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Collects into a Vec: the tail of chains under test.
+    pub(crate) struct VecSink<T>(pub Arc<std::sync::Mutex<Vec<T>>>);
+
+    impl<T: Data> Collector<T> for VecSink<T> {
+        fn collect(&mut self, record: T) {
+            self.0.lock().expect("lock").push(record)
+        }
+    }
+
+    impl<T: Data> Op<T> for VecSink<T> {
+        fn finish(&mut self) {}
+        fn drain(&mut self, _: bool, _: &mut Vec<Chunk>) {}
+    }
+
+    #[test]
+    fn sorted_reduce_emits_one_result_per_key_and_combiner_preaggregates() {
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0.clone());
+        let f = Arc::new(|a: (String, u64), b: (String, u64)| (a.0, a.1 + b.1));
+        let reduce = SortedReduce {
+            key: key.clone(),
+            f: f.clone(),
+            records: Vec::new(),
+            down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
+        };
+        let mut combiner = Combiner {
+            key,
+            f,
+            state: HashMap::new(),
+            down: Box::new(reduce) as BoxOp<(String, u64)>,
+        };
+        for w in ["b", "a", "b", "c", "b"] {
+            combiner.collect((w.to_string(), 1));
+        }
+        combiner.finish();
+        let got = out.lock().expect("lock").clone();
+        assert_eq!(
+            got,
+            vec![
+                ("a".to_string(), 1u64),
+                ("b".to_string(), 3),
+                ("c".to_string(), 1)
+            ]
+        );
+    }
+}

@@ -1,0 +1,612 @@
+//! The task runtime: one subtask of one JobVertex, running its operator chain between the shuffle
+//! inputs and outputs. The chain is synchronous and monomorphic per record; this module's async loop
+//! feeds it one input buffer (or source batch) at a time and hands the buffers it produced to the
+//! [`PartitionWriter`]s, so backpressure reaches the chain between buffers and cancelling the task
+//! (dropping its future) stops it at the next await.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use floe_scheduler::Partitioner;
+use floe_shuffle::{InputGate, PartitionStats, PartitionWriter};
+use tokio::time::Instant;
+
+use crate::data::{Data, key_group_for_hash, operator_index_for_key_group};
+use crate::error::{Error, Result};
+use crate::io::{SinkIo, Source};
+use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
+
+/// Record counters of one task, updated once per buffer, not per record.
+#[derive(Debug, Default)]
+pub struct TaskMetrics {
+    pub records_in: AtomicU64,
+    pub records_out: AtomicU64,
+}
+
+impl TaskMetrics {
+    pub(crate) fn add_in(&self, n: u64) {
+        if n > 0 {
+            self.records_in.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn add_out(&self, n: u64) {
+        if n > 0 {
+            self.records_out.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
+pub struct TaskContext {
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub attempt: u32,
+    /// One gate per vertex input, in JobGraph input order.
+    pub inputs: Vec<Box<dyn InputGate>>,
+    /// One writer per vertex output, in JobGraph output order; `num_subpartitions` = consumer
+    /// parallelism (or its max parallelism, for adaptive batch scheduling).
+    pub outputs: Vec<Box<dyn PartitionWriter>>,
+    pub metrics: Arc<TaskMetrics>,
+    /// Flush partially filled buffers this long after the last flush; `Some(ZERO)` after every
+    /// record; `None` only when full (`execution.buffer-timeout` -1).
+    pub buffer_timeout: Option<Duration>,
+    /// Bytes per shuffle buffer (`taskmanager.memory.segment-size`).
+    pub buffer_size: usize,
+    /// The job's configuration (storage credentials for sources and sinks).
+    pub configuration: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("subtask", &self.subtask)
+            .field("parallelism", &self.parallelism)
+            .field("attempt", &self.attempt)
+            .field("inputs", &self.inputs.len())
+            .field("outputs", &self.outputs.len())
+            .field("buffer_timeout", &self.buffer_timeout)
+            .field("buffer_size", &self.buffer_size)
+            .finish()
+    }
+}
+
+/// Hash of a record's key (a key selector followed by the stable key hash).
+pub(crate) type KeyHasher<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> u32 + Send + Sync>;
+
+/// How one output of a vertex routes records (from the JobGraph edge).
+#[derive(Clone)]
+pub(crate) struct OutputRoute {
+    pub partitioner: Partitioner,
+    /// `KeyHasher<T>` of the producing stream, for `Partitioner::Hash`.
+    pub key: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Key groups of the consumer.
+    pub max_parallelism: u32,
+}
+
+enum Router<T> {
+    /// Always this subpartition (forward).
+    Fixed(u32),
+    /// Round robin over `start..start + len` (rebalance: all; rescale: the pointwise targets).
+    RoundRobin {
+        next: u32,
+        start: u32,
+        len: u32,
+    },
+    Broadcast(u32),
+    Hash {
+        key: KeyHasher<T>,
+        max_parallelism: u32,
+        parallelism: u32,
+    },
+}
+
+struct OutputState<T> {
+    index: usize,
+    router: Router<T>,
+    buffers: Vec<Vec<u8>>,
+}
+
+/// The tail of a chain that feeds the vertex's outputs: serialises each record once and appends
+/// it to the buffers of the subpartitions it is routed to; a buffer holds whole records and is
+/// handed on when the next record would not fit.
+pub(crate) struct RecordWriter<T> {
+    outputs: Vec<OutputState<T>>,
+    scratch: Vec<u8>,
+    key_scratch: Vec<u8>,
+    pending: Vec<Chunk>,
+    buffer_size: usize,
+    flush_each_record: bool,
+    count: u64,
+    metrics: Arc<TaskMetrics>,
+}
+
+/// Consumers `[start, end)` a producer subtask feeds on a pointwise edge (Flink's
+/// `EdgeManagerBuildUtil.connectPointwise`).
+pub(crate) fn pointwise_targets(producer: u32, producers: u32, consumers: u32) -> (u32, u32) {
+    let (p, sp, tp) = (u64::from(producer), u64::from(producers), u64::from(consumers));
+    if sp == tp {
+        (producer, producer + 1)
+    } else if sp > tp {
+        let i = (0..tp)
+            .find(|&i| i * sp / tp <= p && p < (i + 1) * sp / tp)
+            .unwrap_or(0);
+        (i as u32, i as u32 + 1)
+    } else {
+        ((p * tp).div_ceil(sp) as u32, ((p + 1) * tp).div_ceil(sp) as u32)
+    }
+}
+
+impl<T: Data> RecordWriter<T> {
+    fn new(
+        routes: &[OutputRoute],
+        subpartitions: &[u32],
+        subtask: u32,
+        parallelism: u32,
+        buffer_size: usize,
+        flush_each_record: bool,
+        metrics: Arc<TaskMetrics>,
+    ) -> Result<Self> {
+        let mut outputs = Vec::with_capacity(routes.len());
+        for (index, (route, &n)) in routes.iter().zip(subpartitions).enumerate() {
+            let n = n.max(1);
+            let router = match route.partitioner {
+                Partitioner::Forward | Partitioner::Rescale => {
+                    let (start, end) = pointwise_targets(subtask, parallelism, n);
+                    let (start, end) = if end > n || start >= end {
+                        (subtask % n, subtask % n + 1)
+                    } else {
+                        (start, end)
+                    };
+                    if route.partitioner == Partitioner::Forward || end - start == 1 {
+                        Router::Fixed(start)
+                    } else {
+                        Router::RoundRobin {
+                            next: 0,
+                            start,
+                            len: end - start,
+                        }
+                    }
+                }
+                Partitioner::Rebalance => Router::RoundRobin {
+                    next: subtask % n,
+                    start: 0,
+                    len: n,
+                },
+                Partitioner::Broadcast => Router::Broadcast(n),
+                Partitioner::Hash => {
+                    let key = route
+                        .key
+                        .clone()
+                        .and_then(|k| k.downcast::<KeyHasher<T>>().ok())
+                        .ok_or_else(|| {
+                            Error::Graph("hash edge without a key selector of this type".into())
+                        })?;
+                    Router::Hash {
+                        key: (*key).clone(),
+                        max_parallelism: route.max_parallelism.max(n),
+                        parallelism: n,
+                    }
+                }
+            };
+            outputs.push(OutputState {
+                index,
+                router,
+                buffers: (0..n).map(|_| Vec::new()).collect(),
+            });
+        }
+        Ok(RecordWriter {
+            outputs,
+            scratch: Vec::new(),
+            key_scratch: Vec::new(),
+            pending: Vec::new(),
+            buffer_size: buffer_size.max(1),
+            flush_each_record,
+            count: 0,
+            metrics,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn append(
+    buffers: &mut [Vec<u8>],
+    index: usize,
+    subpartition: u32,
+    record: &[u8],
+    size: usize,
+    flush_each_record: bool,
+    pending: &mut Vec<Chunk>,
+) {
+    let buf = &mut buffers[subpartition as usize];
+    if !buf.is_empty() && buf.len() + record.len() > size {
+        let full = std::mem::replace(buf, Vec::with_capacity(size));
+        pending.push(Chunk {
+            target: Target::Output(index),
+            subpartition,
+            bytes: Bytes::from(full),
+        });
+    }
+    if buf.capacity() == 0 {
+        buf.reserve(size.max(record.len()));
+    }
+    buf.extend_from_slice(record);
+    if flush_each_record || buf.len() >= size {
+        pending.push(Chunk {
+            target: Target::Output(index),
+            subpartition,
+            bytes: Bytes::from(std::mem::take(buf)),
+        });
+    }
+}
+
+impl<T: Data> Collector<T> for RecordWriter<T> {
+    fn collect(&mut self, record: T) {
+        self.scratch.clear();
+        record.encode(&mut self.scratch);
+        self.count += 1;
+        let (size, each) = (self.buffer_size, self.flush_each_record);
+        for out in &mut self.outputs {
+            match &mut out.router {
+                Router::Fixed(sp) => append(
+                    &mut out.buffers,
+                    out.index,
+                    *sp,
+                    &self.scratch,
+                    size,
+                    each,
+                    &mut self.pending,
+                ),
+                Router::RoundRobin { next, start, len } => {
+                    let sp = *start + *next;
+                    *next = (*next + 1) % *len;
+                    append(
+                        &mut out.buffers,
+                        out.index,
+                        sp,
+                        &self.scratch,
+                        size,
+                        each,
+                        &mut self.pending,
+                    )
+                }
+                Router::Broadcast(n) => {
+                    for sp in 0..*n {
+                        append(
+                            &mut out.buffers,
+                            out.index,
+                            sp,
+                            &self.scratch,
+                            size,
+                            each,
+                            &mut self.pending,
+                        )
+                    }
+                }
+                Router::Hash {
+                    key,
+                    max_parallelism,
+                    parallelism,
+                } => {
+                    let hash = key(&record, &mut self.key_scratch);
+                    let kg = key_group_for_hash(hash, *max_parallelism);
+                    let sp = operator_index_for_key_group(*max_parallelism, *parallelism, kg);
+                    append(
+                        &mut out.buffers,
+                        out.index,
+                        sp,
+                        &self.scratch,
+                        size,
+                        each,
+                        &mut self.pending,
+                    )
+                }
+            }
+        }
+    }
+}
+
+impl<T: Data> Op<T> for RecordWriter<T> {
+    fn finish(&mut self) {}
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        if flush {
+            for o in &mut self.outputs {
+                for (sp, buf) in o.buffers.iter_mut().enumerate() {
+                    if !buf.is_empty() {
+                        self.pending.push(Chunk {
+                            target: Target::Output(o.index),
+                            subpartition: sp as u32,
+                            bytes: Bytes::from(std::mem::take(buf)),
+                        });
+                    }
+                }
+            }
+        }
+        out.append(&mut self.pending);
+        self.metrics.add_out(std::mem::take(&mut self.count));
+    }
+}
+
+/// Operations on a stream's record type, erased once per stream node.
+pub(crate) trait StreamType: Send + Sync {
+    #[allow(clippy::too_many_arguments)]
+    fn writer(
+        &self,
+        routes: &[OutputRoute],
+        subpartitions: &[u32],
+        subtask: u32,
+        parallelism: u32,
+        buffer_size: usize,
+        flush_each_record: bool,
+        metrics: Arc<TaskMetrics>,
+    ) -> Result<AnyOp>;
+    fn input_head(&self, chain: AnyOp, metrics: Arc<TaskMetrics>) -> Result<Box<dyn Head>>;
+}
+
+pub(crate) struct TypeOf<T>(pub PhantomData<fn() -> T>);
+
+impl<T: Data> StreamType for TypeOf<T> {
+    fn writer(
+        &self,
+        routes: &[OutputRoute],
+        subpartitions: &[u32],
+        subtask: u32,
+        parallelism: u32,
+        buffer_size: usize,
+        flush_each_record: bool,
+        metrics: Arc<TaskMetrics>,
+    ) -> Result<AnyOp> {
+        let w = RecordWriter::<T>::new(
+            routes,
+            subpartitions,
+            subtask,
+            parallelism,
+            buffer_size,
+            flush_each_record,
+            metrics,
+        )?;
+        Ok(erase::<T>(Box::new(w)))
+    }
+
+    fn input_head(&self, chain: AnyOp, metrics: Arc<TaskMetrics>) -> Result<Box<dyn Head>> {
+        Ok(Box::new(InputHead {
+            chain: downcast::<T>(chain)?,
+            metrics,
+        }))
+    }
+}
+
+/// The start of a chain: a source, or the decoder of an input gate's buffers.
+#[async_trait]
+pub(crate) trait Head: Send {
+    /// Sources: push the next batch; `Ok(false)` when exhausted.
+    async fn produce(&mut self) -> Result<bool>;
+    /// Inputs: decode one buffer's records into the chain.
+    fn push_buffer(&mut self, buffer: &[u8]) -> Result<()>;
+    fn finish(&mut self);
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
+}
+
+pub(crate) struct InputHead<T> {
+    chain: BoxOp<T>,
+    metrics: Arc<TaskMetrics>,
+}
+
+#[async_trait]
+impl<T: Data> Head for InputHead<T> {
+    async fn produce(&mut self) -> Result<bool> {
+        Err(Error::Graph("an input-fed chain has no source".into()))
+    }
+
+    fn push_buffer(&mut self, buffer: &[u8]) -> Result<()> {
+        let mut input = buffer;
+        let mut n = 0u64;
+        while !input.is_empty() {
+            let record = T::decode(&mut input)?;
+            self.chain.collect(record);
+            n += 1;
+        }
+        self.metrics.add_in(n);
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        self.chain.finish()
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.chain.drain(flush, out)
+    }
+}
+
+pub(crate) struct SourceHead<T, S> {
+    pub source: S,
+    pub chain: BoxOp<T>,
+}
+
+#[async_trait]
+impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
+    async fn produce(&mut self) -> Result<bool> {
+        self.source.produce(&mut *self.chain).await
+    }
+
+    fn push_buffer(&mut self, _: &[u8]) -> Result<()> {
+        Err(Error::Graph("a source chain has no input".into()))
+    }
+
+    fn finish(&mut self) {
+        self.chain.finish()
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.chain.drain(flush, out)
+    }
+}
+
+/// One subtask, ready to run: created by [`crate::BuiltJob::create_task`].
+pub struct Task {
+    pub(crate) vertex: u32,
+    pub(crate) head: Box<dyn Head>,
+    pub(crate) input: Option<Box<dyn InputGate>>,
+    pub(crate) outputs: Vec<Box<dyn PartitionWriter>>,
+    pub(crate) sink: Option<Box<dyn SinkIo>>,
+    /// Timer-driven flushing; `None` also when every record is flushed by itself.
+    pub(crate) flush_interval: Option<Duration>,
+}
+
+impl std::fmt::Debug for Task {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task")
+            .field("vertex", &self.vertex)
+            .field("outputs", &self.outputs.len())
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
+}
+
+async fn dispatch(
+    pending: &mut Vec<Chunk>,
+    outputs: &mut [Box<dyn PartitionWriter>],
+    sink: &mut Option<Box<dyn SinkIo>>,
+) -> Result<()> {
+    for chunk in pending.drain(..) {
+        match chunk.target {
+            Target::Output(i) => match outputs.get_mut(i) {
+                Some(w) => w.emit(chunk.subpartition, chunk.bytes).await?,
+                None => return Err(Error::Graph(format!("no output {i}"))),
+            },
+            Target::Sink => match sink.as_mut() {
+                Some(s) => s.write(chunk.bytes).await?,
+                None => return Err(Error::Graph("no sink".into())),
+            },
+        }
+    }
+    Ok(())
+}
+
+impl Task {
+    /// Runs the subtask to the end of its input; one [`PartitionStats`] per output, in output
+    /// order. Cancel by dropping the future: nothing outlives it (a file sink then leaves only its
+    /// `.inprogress` file behind).
+    pub async fn run(self) -> Result<Vec<PartitionStats>> {
+        let Task {
+            vertex,
+            mut head,
+            input,
+            mut outputs,
+            mut sink,
+            flush_interval,
+        } = self;
+        let mut pending = Vec::new();
+        let mut last_flush = Instant::now();
+        let due = |last: Instant| flush_interval.is_some_and(|t| last.elapsed() >= t);
+        match input {
+            None => loop {
+                let more = head.produce().await?;
+                let flush = due(last_flush);
+                head.drain(flush, &mut pending);
+                dispatch(&mut pending, &mut outputs, &mut sink).await?;
+                if flush {
+                    last_flush = Instant::now();
+                }
+                if !more {
+                    break;
+                }
+                // A generator never waits on I/O: give cancellation and other tasks a turn.
+                tokio::task::yield_now().await;
+            },
+            Some(mut gate) => loop {
+                let buffer = {
+                    let next = gate.next();
+                    tokio::pin!(next);
+                    loop {
+                        let Some(interval) = flush_interval else {
+                            break next.await?;
+                        };
+                        // The same `next` future is polled across timer ticks, so a gate whose
+                        // `next` is not cancel-safe loses nothing.
+                        tokio::select! {
+                            biased;
+                            r = &mut next => break r?,
+                            _ = tokio::time::sleep_until(last_flush + interval) => {
+                                head.drain(true, &mut pending);
+                                dispatch(&mut pending, &mut outputs, &mut sink).await?;
+                                last_flush = Instant::now();
+                            }
+                        }
+                    }
+                };
+                let Some(buffer) = buffer else { break };
+                head.push_buffer(&buffer)?;
+                let flush = due(last_flush);
+                head.drain(flush, &mut pending);
+                dispatch(&mut pending, &mut outputs, &mut sink).await?;
+                if flush {
+                    last_flush = Instant::now();
+                }
+            },
+        }
+        head.finish();
+        head.drain(true, &mut pending);
+        dispatch(&mut pending, &mut outputs, &mut sink).await?;
+        let mut stats = Vec::with_capacity(outputs.len());
+        for w in outputs {
+            stats.push(w.finish().await?);
+        }
+        if let Some(s) = sink {
+            s.close().await?;
+        }
+        tracing::debug!(vertex, "task finished");
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointwise_targets_match_the_scheduler() {
+        assert_eq!(pointwise_targets(2, 3, 3), (2, 3));
+        // 5 producers, 2 consumers: consumer 0 reads producers 0..2, consumer 1 reads 2..5.
+        let got: Vec<_> = (0..5).map(|p| pointwise_targets(p, 5, 2).0).collect();
+        assert_eq!(got, vec![0, 0, 1, 1, 1]);
+        // 2 producers, 5 consumers: producer 0 feeds 0..3, producer 1 feeds 3..5.
+        assert_eq!(pointwise_targets(0, 2, 5), (0, 3));
+        assert_eq!(pointwise_targets(1, 2, 5), (3, 5));
+    }
+
+    #[test]
+    fn buffers_hold_whole_records_and_respect_the_size() {
+        let metrics = Arc::new(TaskMetrics::default());
+        let route = OutputRoute {
+            partitioner: Partitioner::Rebalance,
+            key: None,
+            max_parallelism: 128,
+        };
+        let mut w =
+            RecordWriter::<String>::new(&[route], &[2], 0, 1, 16, false, metrics.clone()).expect("writer");
+        for i in 0..20 {
+            w.collect(format!("record-{i}"));
+        }
+        let mut out = Vec::new();
+        w.drain(true, &mut out);
+        let mut decoded = Vec::new();
+        for c in &out {
+            assert!(c.bytes.len() <= 16, "buffer of {} bytes", c.bytes.len());
+            let mut input = &c.bytes[..];
+            while !input.is_empty() {
+                decoded.push((c.subpartition, String::decode(&mut input).expect("whole records")));
+            }
+        }
+        assert_eq!(decoded.len(), 20);
+        assert_eq!(decoded.iter().filter(|d| d.0 == 0).count(), 10, "round robin");
+        assert_eq!(metrics.records_out.load(Ordering::Relaxed), 20);
+    }
+}

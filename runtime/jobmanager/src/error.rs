@@ -1,0 +1,24 @@
+//! Errors of the JobManager.
+
+/// What the JobManager refuses or fails at.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("job {0} not found")]
+    UnknownJob(String),
+    #[error("cannot build job '{job}': {message}")]
+    JobBuild { job: String, message: String },
+    #[error("invalid configuration {key}: {message}")]
+    Config { key: String, message: String },
+    #[error(transparent)]
+    Scheduling(#[from] floe_scheduler::Error),
+    #[error("cannot bind {address}: {source}")]
+    Bind {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

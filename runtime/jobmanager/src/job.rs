@@ -1,0 +1,719 @@
+//! One job on the JobManager (Flink's JobMaster + DefaultScheduler): the scheduling core's graph,
+//! regions and strategy, the executions' locations, and the reactions to events. Synchronous: every
+//! event returns the [`Action`]s to carry out (deploy, cancel, release, restart later), which the async
+//! driver in `server.rs` performs. That keeps this file testable without processes or clocks.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use floe_datastream::JobArgs;
+use floe_scheduler::execution_graph::ExecutionVertexId;
+use floe_scheduler::job_graph::DistributionPattern;
+use floe_scheduler::slots::{self, SlotId};
+use floe_scheduler::{
+    ExecutionGraph, ExecutionState, JobGraph, JobStatus, PartitionId, PipelinedRegionSchedulingStrategy,
+    PipelinedRegions, failover,
+};
+use floe_shuffle::{
+    InputChannelSpec, PartitionKind, PartitionStats, ResultPartitionId, ShuffleMaster,
+    TaskManagerShuffleMaster,
+};
+
+use crate::error::{Error, Result};
+
+/// One attempt of one subtask of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptId {
+    pub job_id: String,
+    pub vertex: ExecutionVertexId,
+    pub attempt: u32,
+}
+
+/// A TaskManager slot a job placed an execution slot sharing group in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRef {
+    pub taskmanager: String,
+    pub address: String,
+    pub slot: u32,
+}
+
+/// One output of a deployed task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputSpec {
+    pub partition: ResultPartitionId,
+    pub num_subpartitions: u32,
+    pub kind: PartitionKind,
+}
+
+/// Everything a TaskManager needs to run one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deployment {
+    pub id: AttemptId,
+    pub job: JobArgs,
+    pub fingerprint: String,
+    /// Per vertex input, in input order: the channels to read.
+    pub inputs: Vec<Vec<InputChannelSpec>>,
+    /// Per vertex output, in output order.
+    pub outputs: Vec<OutputSpec>,
+}
+
+/// What the driver must do after an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Deploy {
+        taskmanager: String,
+        address: String,
+        deployment: Box<Deployment>,
+    },
+    Cancel {
+        address: String,
+        id: AttemptId,
+    },
+    Release {
+        job_id: String,
+        addresses: Vec<String>,
+    },
+    /// Call [`JobMaster::restart`] with these subtasks after the delay.
+    RestartAfter {
+        job_id: String,
+        delay: Duration,
+        vertices: Vec<ExecutionVertexId>,
+    },
+}
+
+/// Flink's fixed-delay restart strategy (`restart-strategy.type: fixed-delay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartStrategy {
+    pub attempts: u32,
+    pub delay: Duration,
+}
+
+impl RestartStrategy {
+    /// Reads `restart-strategy.type` (`fixed-delay` or `none`/`disable`),
+    /// `restart-strategy.fixed-delay.attempts` and `restart-strategy.fixed-delay.delay`. Floe's default
+    /// is fixed-delay with 3 attempts, 1 s apart.
+    pub fn from_configuration(conf: &BTreeMap<String, String>) -> Result<Self> {
+        let kind = conf
+            .get("restart-strategy.type")
+            .map(|s| s.trim().to_ascii_lowercase());
+        match kind.as_deref() {
+            None | Some("fixed-delay") | Some("fixeddelay") => {}
+            Some("none") | Some("disable") | Some("off") => {
+                return Ok(RestartStrategy {
+                    attempts: 0,
+                    delay: Duration::ZERO,
+                });
+            }
+            Some(other) => {
+                return Err(Error::Config {
+                    key: "restart-strategy.type".into(),
+                    message: format!("expected fixed-delay or none, got {other:?}"),
+                });
+            }
+        }
+        let attempts = match conf.get("restart-strategy.fixed-delay.attempts") {
+            None => 3,
+            Some(v) => v.trim().parse().map_err(|_| Error::Config {
+                key: "restart-strategy.fixed-delay.attempts".into(),
+                message: format!("expected a non-negative integer, got {v:?}"),
+            })?,
+        };
+        let delay = match conf.get("restart-strategy.fixed-delay.delay") {
+            None => Duration::from_secs(1),
+            Some(v) => parse_duration(v).ok_or_else(|| Error::Config {
+                key: "restart-strategy.fixed-delay.delay".into(),
+                message: format!("expected a duration like \"1 s\" or \"500 ms\", got {v:?}"),
+            })?,
+        };
+        Ok(RestartStrategy { attempts, delay })
+    }
+}
+
+/// Flink-style durations: `500 ms`, `1 s`, `2min`, a bare number is milliseconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" | "milli" | "millis" | "milliseconds" => n,
+        "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
+        "min" | "m" | "minute" | "minutes" => n * 60_000,
+        "h" | "hour" | "hours" => n * 3_600_000,
+        _ => return None,
+    };
+    Some(Duration::from_millis(ms))
+}
+
+/// Per-subtask counters reported by TaskManagers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskCounters {
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+/// One job's scheduling state and its reactions to events.
+#[derive(Debug)]
+pub struct JobMaster {
+    pub id: String,
+    pub args: JobArgs,
+    pub fingerprint: String,
+    pub status: JobStatus,
+    pub failure: Option<String>,
+    pub graph: ExecutionGraph,
+    pub regions: PipelinedRegions,
+    strategy: PipelinedRegionSchedulingStrategy,
+    restart: RestartStrategy,
+    pub restarts: u32,
+    shuffle: TaskManagerShuffleMaster,
+    /// Execution slot sharing group of each subtask (by global index) and the slot each group is in.
+    group_of_task: Vec<u32>,
+    pub slot_of_group: Vec<SlotRef>,
+    /// TaskManager of each subtask's current attempt, by global index.
+    pub location: Vec<Option<SlotRef>>,
+    pub counters: Vec<TaskCounters>,
+    /// Counters of attempts that ended, so progress never goes backwards across restarts.
+    pub finished_records: u64,
+}
+
+impl JobMaster {
+    /// A job in CREATED, not yet placed.
+    pub fn new(id: String, args: JobArgs, job_graph: JobGraph, fingerprint: String) -> Result<Self> {
+        let restart = RestartStrategy::from_configuration(&args.configuration)?;
+        let graph = ExecutionGraph::new(job_graph);
+        let regions = PipelinedRegions::compute(&graph);
+        let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
+        let groups = slots::execution_slot_sharing_groups(&graph);
+        let mut group_of_task = vec![0u32; graph.task_count()];
+        for (g, group) in groups.iter().enumerate() {
+            for &t in &group.tasks {
+                group_of_task[graph.global_index(t)] = g as u32;
+            }
+        }
+        let n = graph.task_count();
+        Ok(JobMaster {
+            id,
+            args,
+            fingerprint,
+            status: JobStatus::Created,
+            failure: None,
+            graph,
+            regions,
+            strategy,
+            restart,
+            restarts: 0,
+            shuffle: TaskManagerShuffleMaster::default(),
+            group_of_task,
+            slot_of_group: Vec::new(),
+            location: vec![None; n],
+            counters: vec![TaskCounters::default(); n],
+            finished_records: 0,
+        })
+    }
+
+    /// Slots the job needs (slot sharing).
+    pub fn slots_needed(&self) -> usize {
+        self.group_of_task
+            .iter()
+            .copied()
+            .max()
+            .map_or(0, |m| m as usize + 1)
+    }
+
+    /// Places the job on free slots and starts it (CREATED → RUNNING, source regions deployed).
+    /// `free` lists free slots TaskManager by TaskManager.
+    pub fn start(&mut self, free: &[SlotRef]) -> Result<Vec<Action>> {
+        let needed = self.slots_needed();
+        if free.len() < needed {
+            return Err(floe_scheduler::Error::NotEnoughSlots {
+                needed,
+                available: free.len(),
+            }
+            .into());
+        }
+        self.slot_of_group = free[..needed].to_vec();
+        self.status = self.status.transition(JobStatus::Running)?;
+        let deploy = self.strategy.start_scheduling(&self.graph, &self.regions);
+        Ok(self.deploy(&deploy))
+    }
+
+    /// Total number of subtasks and those whose current attempt finished.
+    pub fn progress(&self) -> (usize, usize) {
+        let finished = self
+            .graph
+            .execution_vertices()
+            .filter(|v| v.current.state == ExecutionState::Finished)
+            .count();
+        (self.graph.task_count(), finished)
+    }
+
+    /// Records processed so far, over all attempts: what sources emitted plus what every other
+    /// subtask read.
+    pub fn records_processed(&self) -> u64 {
+        self.finished_records
+            + self
+                .counters
+                .iter()
+                .enumerate()
+                .map(|(g, c)| self.processed(g, c))
+                .sum::<u64>()
+    }
+
+    fn processed(&self, global: usize, c: &TaskCounters) -> u64 {
+        let vertex = self.graph.vertex_at(global).vertex;
+        if self.graph.job_graph().inputs(vertex).is_empty() {
+            c.records_out
+        } else {
+            c.records_in
+        }
+    }
+
+    fn attempt_id(&self, v: ExecutionVertexId) -> AttemptId {
+        AttemptId {
+            job_id: self.id.clone(),
+            vertex: v,
+            attempt: self
+                .graph
+                .execution_vertex(v)
+                .map(|e| e.current.attempt)
+                .unwrap_or(0),
+        }
+    }
+
+    fn partition_id(&self, p: PartitionId) -> ResultPartitionId {
+        let producer = self.graph.producer_of(p);
+        ResultPartitionId {
+            job_id: self.id.clone(),
+            result: p.result.0,
+            partition: p.partition,
+            attempt: self.attempt_id(producer).attempt,
+        }
+    }
+
+    /// Moves subtasks to DEPLOYING and describes their deployments. Outputs of the whole batch are
+    /// registered first, so pipelined consumers in the same region find their producers.
+    fn deploy(&mut self, vertices: &[ExecutionVertexId]) -> Vec<Action> {
+        for &v in vertices {
+            let global = self.graph.global_index(v);
+            let slot = self.slot_of_group[self.group_of_task[global] as usize].clone();
+            for state in [ExecutionState::Scheduled, ExecutionState::Deploying] {
+                if let Err(e) = self.graph.transition(v, state) {
+                    tracing::error!("deploy {}: {e}", self.graph.task_name(v));
+                }
+            }
+            for p in self.graph.produced_partitions(v).collect::<Vec<_>>() {
+                let kind = if self.graph.result(p.result).partition_type.is_blocking() {
+                    PartitionKind::Blocking
+                } else {
+                    PartitionKind::Pipelined
+                };
+                let id = self.partition_id(p);
+                self.shuffle
+                    .register_partition(id, slot.taskmanager.clone(), slot.address.clone(), kind);
+            }
+            self.location[global] = Some(slot);
+            self.counters[global] = TaskCounters::default();
+        }
+        vertices
+            .iter()
+            .map(|&v| {
+                let slot = self.location[self.graph.global_index(v)]
+                    .clone()
+                    .unwrap_or_else(|| self.slot_of_group[0].clone());
+                Action::Deploy {
+                    taskmanager: slot.taskmanager,
+                    address: slot.address,
+                    deployment: Box::new(self.deployment(v)),
+                }
+            })
+            .collect()
+    }
+
+    fn deployment(&self, v: ExecutionVertexId) -> Deployment {
+        let ev = self.graph.execution_vertex(v).expect("known vertex");
+        let inputs = ev
+            .consumed
+            .iter()
+            .map(|&g| {
+                let group = self.graph.group(g);
+                let result = self.graph.result(group.result);
+                let sub = match result.pattern {
+                    DistributionPattern::AllToAll => v.subtask,
+                    DistributionPattern::Pointwise => v.subtask - group.consumers.start,
+                };
+                group
+                    .partitions
+                    .clone()
+                    .map(|p| {
+                        let id = self.partition_id(PartitionId {
+                            result: group.result,
+                            partition: p,
+                        });
+                        let address = self.shuffle.location(&id).unwrap_or_default().to_string();
+                        InputChannelSpec {
+                            partition: id,
+                            address,
+                            subpartitions: sub..sub + 1,
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let outputs = self
+            .graph
+            .produced_partitions(v)
+            .map(|p| {
+                let result = self.graph.result(p.result);
+                let num_subpartitions = match result.pattern {
+                    DistributionPattern::AllToAll => self.graph.job_vertex(result.consumer).parallelism,
+                    DistributionPattern::Pointwise => {
+                        self.graph.group(self.graph.group_of(p)).consumers.len() as u32
+                    }
+                };
+                OutputSpec {
+                    partition: self.partition_id(p),
+                    num_subpartitions,
+                    kind: if result.partition_type.is_blocking() {
+                        PartitionKind::Blocking
+                    } else {
+                        PartitionKind::Pipelined
+                    },
+                }
+            })
+            .collect();
+        Deployment {
+            id: self.attempt_id(v),
+            job: self.args.clone(),
+            fingerprint: self.fingerprint.clone(),
+            inputs,
+            outputs,
+        }
+    }
+
+    fn is_current(&self, id: &AttemptId) -> bool {
+        id.job_id == self.id
+            && self
+                .graph
+                .execution_vertex(id.vertex)
+                .map(|e| e.current.attempt == id.attempt)
+                .unwrap_or(false)
+    }
+
+    /// A TaskManager reported a state change. Reports about earlier attempts are ignored.
+    pub fn on_task_state(
+        &mut self,
+        id: &AttemptId,
+        state: ExecutionState,
+        error: Option<String>,
+        produced: Vec<PartitionStats>,
+        counters: Option<TaskCounters>,
+    ) -> Vec<Action> {
+        if !self.is_current(id) {
+            return Vec::new();
+        }
+        let v = id.vertex;
+        let global = self.graph.global_index(v);
+        if let Some(c) = counters {
+            self.counters[global] = c;
+        }
+        let current = self
+            .graph
+            .execution_vertex(v)
+            .map(|e| e.current.state)
+            .unwrap_or(ExecutionState::Failed);
+        if current.is_terminal() {
+            return Vec::new();
+        }
+        match state {
+            ExecutionState::Initializing | ExecutionState::Running => {
+                if let Err(e) = self.graph.transition(v, state) {
+                    tracing::warn!("{e}");
+                }
+                Vec::new()
+            }
+            ExecutionState::Finished => {
+                if let Err(e) = self.graph.transition(v, ExecutionState::Finished) {
+                    return self.on_failure(v, format!("bad report: {e}"));
+                }
+                let partitions: Vec<PartitionId> = self.graph.produced_partitions(v).collect();
+                for (p, stats) in partitions.iter().zip(
+                    produced
+                        .into_iter()
+                        .chain(std::iter::repeat_with(PartitionStats::default)),
+                ) {
+                    let rid = self.partition_id(*p);
+                    self.shuffle.mark_finished(&rid, stats);
+                }
+                if self.status != JobStatus::Running {
+                    return self.maybe_terminal();
+                }
+                let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
+                let mut actions = self.deploy(&next);
+                if self
+                    .graph
+                    .execution_vertices()
+                    .all(|e| e.current.state == ExecutionState::Finished)
+                {
+                    self.status = JobStatus::Finished;
+                    actions.extend(self.release());
+                }
+                actions
+            }
+            ExecutionState::Canceled => {
+                let _ = self.graph.transition(v, ExecutionState::Canceled);
+                self.maybe_terminal()
+            }
+            ExecutionState::Failed => {
+                let cause = error.unwrap_or_else(|| "task failed".into());
+                self.on_failure(v, format!("{} failed: {cause}", self.graph.task_name(v)))
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Live counters from a heartbeat (ignored for attempts that are not current).
+    pub fn update_counters(&mut self, id: &AttemptId, counters: TaskCounters) {
+        if self.is_current(id) {
+            let global = self.graph.global_index(id.vertex);
+            if !self
+                .graph
+                .execution_vertex(id.vertex)
+                .map(|e| e.current.state.is_terminal())
+                .unwrap_or(true)
+            {
+                self.counters[global] = counters;
+            }
+        }
+    }
+
+    /// A TaskManager is gone: executions there fail, its partitions are unavailable, and its slots are
+    /// replaced by free ones (or shared with surviving slots when none is free).
+    pub fn on_taskmanager_lost(&mut self, tm: &str, free: &[SlotRef]) -> Vec<Action> {
+        self.shuffle.taskmanager_lost(tm);
+        let survivors: Vec<SlotRef> = self
+            .slot_of_group
+            .iter()
+            .filter(|s| s.taskmanager != tm)
+            .cloned()
+            .collect();
+        let mut spare = free
+            .iter()
+            .filter(|s| s.taskmanager != tm)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut k = 0;
+        for slot in &mut self.slot_of_group {
+            if slot.taskmanager == tm {
+                *slot = match spare.next() {
+                    Some(s) => s,
+                    None if !survivors.is_empty() => {
+                        k += 1;
+                        survivors[(k - 1) % survivors.len()].clone()
+                    }
+                    None => slot.clone(),
+                };
+            }
+        }
+        let victims: Vec<ExecutionVertexId> = self
+            .graph
+            .execution_vertices()
+            .filter(|e| !e.current.state.is_terminal())
+            .filter(|e| {
+                self.location[self.graph.global_index(e.id)]
+                    .as_ref()
+                    .is_some_and(|s| s.taskmanager == tm)
+            })
+            .map(|e| e.id)
+            .collect();
+        let mut actions = Vec::new();
+        for v in victims {
+            if !self
+                .graph
+                .execution_vertex(v)
+                .map(|e| e.current.state.is_terminal())
+                .unwrap_or(true)
+            {
+                actions
+                    .extend(self.on_failure(v, format!("TaskManager {tm} was lost (heartbeat timed out)")));
+            }
+        }
+        actions
+    }
+
+    /// Region failover, or the end of the job when the restart strategy is exhausted.
+    fn on_failure(&mut self, v: ExecutionVertexId, cause: String) -> Vec<Action> {
+        let _ = self.graph.transition(v, ExecutionState::Failed);
+        let global = self.graph.global_index(v);
+        self.finished_records += self.processed(global, &self.counters[global]);
+        self.counters[global] = TaskCounters::default();
+        if self.status != JobStatus::Running {
+            return self.maybe_terminal();
+        }
+        tracing::warn!(job = %self.id, "{cause}");
+        if self.restarts >= self.restart.attempts {
+            self.failure = Some(format!(
+                "{cause} (restart strategy exhausted after {} restarts)",
+                self.restarts
+            ));
+            self.status = JobStatus::Failing;
+            let mut actions = self.cancel_all();
+            actions.extend(self.maybe_terminal());
+            return actions;
+        }
+        self.restarts += 1;
+        let shuffle = &self.shuffle;
+        let graph = &self.graph;
+        let id = &self.id;
+        let restart = failover::tasks_to_restart(graph, &self.regions, v, |p| {
+            let producer = graph.producer_of(p);
+            let attempt = graph
+                .execution_vertex(producer)
+                .map(|e| e.current.attempt)
+                .unwrap_or(0);
+            shuffle.is_available(&ResultPartitionId {
+                job_id: id.clone(),
+                result: p.result.0,
+                partition: p.partition,
+                attempt,
+            })
+        });
+        let mut actions = Vec::new();
+        for &r in &restart {
+            actions.extend(self.cancel_execution(r));
+        }
+        actions.push(Action::RestartAfter {
+            job_id: self.id.clone(),
+            delay: self.restart.delay,
+            vertices: restart,
+        });
+        actions
+    }
+
+    /// Stops one execution: deployed ones are told to cancel; the JobManager does not wait for the
+    /// report (a later report of the old attempt is ignored).
+    fn cancel_execution(&mut self, v: ExecutionVertexId) -> Vec<Action> {
+        let state = match self.graph.execution_vertex(v) {
+            Ok(e) => e.current.state,
+            Err(_) => return Vec::new(),
+        };
+        if state.is_terminal() {
+            return Vec::new();
+        }
+        let mut actions = Vec::new();
+        let global = self.graph.global_index(v);
+        if matches!(
+            state,
+            ExecutionState::Deploying | ExecutionState::Initializing | ExecutionState::Running
+        ) {
+            let _ = self.graph.transition(v, ExecutionState::Canceling);
+            if let Some(slot) = &self.location[global] {
+                actions.push(Action::Cancel {
+                    address: slot.address.clone(),
+                    id: self.attempt_id(v),
+                });
+            }
+        }
+        let _ = self.graph.transition(v, ExecutionState::Canceled);
+        self.finished_records += self.processed(global, &self.counters[global]);
+        self.counters[global] = TaskCounters::default();
+        actions
+    }
+
+    fn cancel_all(&mut self) -> Vec<Action> {
+        let live: Vec<ExecutionVertexId> = self
+            .graph
+            .execution_vertices()
+            .filter(|e| !e.current.state.is_terminal())
+            .map(|e| e.id)
+            .collect();
+        live.into_iter().flat_map(|v| self.cancel_execution(v)).collect()
+    }
+
+    /// The restart delay passed: new attempts for the subtasks, deployed as their inputs allow.
+    pub fn restart(&mut self, vertices: &[ExecutionVertexId]) -> Vec<Action> {
+        if self.status != JobStatus::Running {
+            return Vec::new();
+        }
+        let mut fresh = Vec::new();
+        for &v in vertices {
+            match self.graph.new_attempt(v) {
+                Ok(_) => fresh.push(v),
+                Err(e) => tracing::warn!("restart {}: {e}", self.graph.task_name(v)),
+            }
+        }
+        let next = self.strategy.restart(&self.graph, &self.regions, &fresh);
+        self.deploy(&next)
+    }
+
+    /// A user's cancel (PATCH /jobs/{id}).
+    pub fn cancel(&mut self) -> Result<Vec<Action>> {
+        self.status = self.status.transition(JobStatus::Cancelling)?;
+        let mut actions = self.cancel_all();
+        actions.extend(self.maybe_terminal());
+        Ok(actions)
+    }
+
+    /// Failing and cancelling end once every execution is terminal.
+    fn maybe_terminal(&mut self) -> Vec<Action> {
+        let all_terminal = self
+            .graph
+            .execution_vertices()
+            .all(|e| e.current.state.is_terminal());
+        if !all_terminal {
+            return Vec::new();
+        }
+        let next = match self.status {
+            JobStatus::Failing => JobStatus::Failed,
+            JobStatus::Cancelling => JobStatus::Canceled,
+            _ => return Vec::new(),
+        };
+        self.status = next;
+        self.release()
+    }
+
+    fn release(&mut self) -> Vec<Action> {
+        let addresses = self.shuffle.release_job(&self.id);
+        vec![Action::Release {
+            job_id: self.id.clone(),
+            addresses,
+        }]
+    }
+
+    /// Slots this job holds while it is not terminal.
+    pub fn held_slots(&self) -> impl Iterator<Item = &SlotRef> {
+        let live = !self.status.is_terminal();
+        self.slot_of_group.iter().filter(move |_| live)
+    }
+
+    /// Slot placement as the scheduling core's SlotIds (TaskManagers numbered by first appearance).
+    pub fn placement(&self) -> Vec<(SlotId, SlotRef)> {
+        let mut tms: Vec<&str> = Vec::new();
+        self.slot_of_group
+            .iter()
+            .map(|s| {
+                let tm = tms.iter().position(|t| *t == s.taskmanager).unwrap_or_else(|| {
+                    tms.push(&s.taskmanager);
+                    tms.len() - 1
+                });
+                (
+                    SlotId {
+                        taskmanager: tm as u32,
+                        slot: s.slot,
+                    },
+                    s.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Tasks placed in each of the job's slots, `vertex#subtask`.
+    pub fn slot_tasks(&self) -> Vec<Vec<String>> {
+        let mut out = vec![Vec::new(); self.slot_of_group.len()];
+        for ev in self.graph.execution_vertices() {
+            let g = self.group_of_task[self.graph.global_index(ev.id)] as usize;
+            out[g].push(self.graph.task_name(ev.id));
+        }
+        out
+    }
+}

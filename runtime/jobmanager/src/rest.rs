@@ -1,0 +1,147 @@
+//! The REST API, in the shape of Flink's: `GET /jobs`, `GET /jobs/{id}`, `PATCH /jobs/{id}` (cancel),
+//! plus `GET /taskmanagers` (slots and shuffle buffer use, which the backpressure test reads).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use crate::error::Error;
+use crate::server::{JobEntry, JobManager};
+
+pub fn router(jm: JobManager) -> Router {
+    Router::new()
+        .route("/jobs", get(list_jobs))
+        .route("/jobs/{id}", get(job_details).patch(cancel_job))
+        .route("/taskmanagers", get(taskmanagers))
+        .with_state(jm)
+}
+
+fn not_found(message: String) -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({ "errors": [message] }))).into_response()
+}
+
+async fn list_jobs(State(jm): State<JobManager>) -> Json<Value> {
+    let state = jm.state();
+    let jobs: Vec<Value> = state
+        .jobs
+        .iter()
+        .map(|(id, j)| json!({ "id": id, "name": j.master.args.name, "status": j.master.status.name() }))
+        .collect();
+    Json(json!({ "jobs": jobs }))
+}
+
+async fn job_details(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    let state = jm.state();
+    match state.jobs.get(&id) {
+        Some(job) => Json(details(&id, job)).into_response(),
+        None => not_found(format!("job {id} not found")),
+    }
+}
+
+/// Everything a person or a test checks about a job: status, every vertex with parallelism and each
+/// subtask's state, attempt, prior attempts and TaskManager, the regions, and the slot placement.
+pub fn details(id: &str, job: &JobEntry) -> Value {
+    let m = &job.master;
+    let g = &m.graph;
+    let vertices: Vec<Value> = g
+        .job_vertices()
+        .iter()
+        .map(|ejv| {
+            let v = g.job_graph().vertex(ejv.index);
+            let subtasks: Vec<Value> = ejv
+                .subtasks
+                .iter()
+                .map(|ev| {
+                    let global = g.global_index(ev.id);
+                    let loc = m.location[global].as_ref();
+                    json!({
+                        "subtask": ev.id.subtask,
+                        "status": ev.current.state.name(),
+                        "attempt": ev.current.attempt,
+                        "prior-attempts": ev.prior.iter().map(|p| json!({"attempt": p.attempt, "status": p.state.name()})).collect::<Vec<_>>(),
+                        "taskmanager-id": loc.map(|s| s.taskmanager.clone()),
+                        "slot": loc.map(|s| s.slot),
+                        "records-in": m.counters[global].records_in,
+                        "records-out": m.counters[global].records_out,
+                    })
+                })
+                .collect();
+            json!({
+                "id": v.id,
+                "name": v.name,
+                "parallelism": v.parallelism,
+                "max-parallelism": v.max_parallelism,
+                "subtasks": subtasks,
+            })
+        })
+        .collect();
+    let regions: Vec<Value> = m
+        .regions
+        .regions()
+        .iter()
+        .map(|r| json!({ "tasks": r.vertices.iter().map(|&v| g.task_name(v)).collect::<Vec<_>>() }))
+        .collect();
+    let slot_tasks = m.slot_tasks();
+    let slots: Vec<Value> = m
+        .placement()
+        .into_iter()
+        .zip(slot_tasks)
+        .map(|((numbered, slot), tasks)| {
+            json!({
+                "taskmanager": numbered.taskmanager,
+                "taskmanager-id": slot.taskmanager,
+                "slot": slot.slot,
+                "tasks": tasks,
+            })
+        })
+        .collect();
+    let (total, finished) = m.progress();
+    let end = job.end_time_ms;
+    json!({
+        "jid": id,
+        "name": m.args.name,
+        "state": m.status.name(),
+        "start-time": job.start_time_ms,
+        "end-time": end.map_or(-1, |e| e as i64),
+        "duration": end.unwrap_or_else(|| job.start_time_ms + job.submitted.elapsed().as_millis() as u64) - job.start_time_ms,
+        "restarts": m.restarts,
+        "failure-cause": m.failure,
+        "tasks": { "total": total, "finished": finished },
+        "records-processed": m.records_processed(),
+        "vertices": vertices,
+        "regions": regions,
+        "slots": slots,
+    })
+}
+
+async fn cancel_job(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    match jm.cancel(&id) {
+        Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
+        Err(Error::UnknownJob(id)) => not_found(format!("job {id} not found")),
+        Err(e) => (StatusCode::CONFLICT, Json(json!({ "errors": [e.to_string()] }))).into_response(),
+    }
+}
+
+async fn taskmanagers(State(jm): State<JobManager>) -> Json<Value> {
+    let state = jm.state();
+    let tms: Vec<Value> = state
+        .taskmanagers
+        .values()
+        .map(|tm| {
+            json!({
+                "id": tm.id,
+                "address": tm.address,
+                "slots": tm.slots,
+                "buffered-bytes": tm.buffered_bytes,
+                "buffered-bytes-peak": tm.buffered_bytes_peak,
+                "rss-bytes": tm.rss_bytes,
+                "rss-peak-bytes": tm.rss_peak_bytes,
+                "last-heartbeat-ms-ago": tm.last_heartbeat.elapsed().as_millis() as u64,
+            })
+        })
+        .collect();
+    Json(json!({ "taskmanagers": tms }))
+}

@@ -1,0 +1,640 @@
+//! The JobManager process: the `JobManager` gRPC service (TaskManagers and clients), the heartbeat
+//! monitor, and the driver that carries out each job's [`Action`]s. State sits behind one mutex that
+//! is never held across an await: events are applied synchronously, actions run afterwards.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use floe_datastream::{JobArgs, JobRegistry};
+use floe_proto::v1::job_manager_server::{JobManager as JobManagerRpc, JobManagerServer};
+use floe_proto::v1::task_executor_client::TaskExecutorClient;
+use floe_proto::v1::{self as pb};
+use floe_scheduler::{ExecutionState, JobStatus};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::error::{Error, Result};
+use crate::job::{Action, AttemptId, Deployment, JobMaster, SlotRef, TaskCounters};
+
+/// How the JobManager listens and judges TaskManagers.
+#[derive(Debug, Clone)]
+pub struct JobManagerConfig {
+    pub rpc_address: SocketAddr,
+    pub rest_address: SocketAddr,
+    /// How often TaskManagers send heartbeats (`heartbeat.interval`, Flink's default 10 s; Floe 1 s).
+    pub heartbeat_interval: Duration,
+    /// A TaskManager silent this long is lost (`heartbeat.timeout`; Flink 50 s, Floe 10 s).
+    pub heartbeat_timeout: Duration,
+    /// How long a job waits for enough slots (`slot.request.timeout`; Flink 300 s, Floe 60 s).
+    pub slot_request_timeout: Duration,
+}
+
+impl Default for JobManagerConfig {
+    fn default() -> Self {
+        JobManagerConfig {
+            rpc_address: SocketAddr::from(([127, 0, 0, 1], 6123)),
+            rest_address: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(10),
+            slot_request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A registered TaskManager.
+#[derive(Debug, Clone)]
+pub struct TaskManagerInfo {
+    pub id: String,
+    pub address: String,
+    pub slots: u32,
+    pub last_heartbeat: Instant,
+    pub buffered_bytes: u64,
+    pub buffered_bytes_peak: u64,
+    pub rss_bytes: u64,
+    pub rss_peak_bytes: u64,
+}
+
+/// A job and its times.
+#[derive(Debug)]
+pub struct JobEntry {
+    pub master: JobMaster,
+    pub submitted: Instant,
+    pub start_time_ms: u64,
+    pub end_time_ms: Option<u64>,
+}
+
+/// Everything the JobManager knows.
+#[derive(Debug, Default)]
+pub struct State {
+    pub taskmanagers: BTreeMap<String, TaskManagerInfo>,
+    pub jobs: BTreeMap<String, JobEntry>,
+}
+
+/// Shared handle to the JobManager's state and clients.
+#[derive(Debug, Clone)]
+pub struct JobManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    registry: JobRegistry,
+    config: JobManagerConfig,
+    id: String,
+    clients: Mutex<BTreeMap<String, TaskExecutorClient<Channel>>>,
+}
+
+/// This process's peak resident memory (VmHWM), in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A 32-hex-digit id like Flink's JobID, unique per process and time.
+fn new_id(salt: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(salt);
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    let a = h.finish();
+    h.write_u64(a);
+    format!("{:016x}{:016x}", a, h.finish())
+}
+
+impl JobManager {
+    pub fn new(config: JobManagerConfig, registry: JobRegistry) -> Self {
+        JobManager {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                registry,
+                config,
+                id: new_id(std::process::id() as u64),
+                clients: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    pub fn config(&self) -> &JobManagerConfig {
+        &self.inner.config
+    }
+
+    /// Locks the state. Poisoning means a panic elsewhere already broke an invariant: keep serving
+    /// what is there rather than cascade.
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Free slots, TaskManager by TaskManager (registration order is id order).
+    fn free_slots(state: &State) -> Vec<SlotRef> {
+        let held: Vec<&SlotRef> = state.jobs.values().flat_map(|j| j.master.held_slots()).collect();
+        state
+            .taskmanagers
+            .values()
+            .flat_map(|tm| {
+                (0..tm.slots).map(move |slot| SlotRef {
+                    taskmanager: tm.id.clone(),
+                    address: tm.address.clone(),
+                    slot,
+                })
+            })
+            .filter(|s| !held.contains(&s))
+            .collect()
+    }
+
+    /// Builds the job's graph from the registry and queues it; it starts when enough slots exist.
+    pub fn submit(&self, args: JobArgs) -> Result<String> {
+        let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {
+            job: args.name.clone(),
+            message: e.to_string(),
+        })?;
+        let fingerprint = built.fingerprint();
+        let job_graph = built.job_graph().clone();
+        let id = new_id(now_ms());
+        let master = JobMaster::new(id.clone(), args, job_graph, fingerprint)?;
+        tracing::info!(job = %id, name = %master.args.name, tasks = master.graph.task_count(), "job submitted");
+        self.state().jobs.insert(
+            id.clone(),
+            JobEntry {
+                master,
+                submitted: Instant::now(),
+                start_time_ms: now_ms(),
+                end_time_ms: None,
+            },
+        );
+        self.try_start_jobs();
+        Ok(id)
+    }
+
+    /// Starts every CREATED job that now fits; fails those that waited longer than the slot timeout.
+    fn try_start_jobs(&self) {
+        let mut actions = Vec::new();
+        {
+            let mut state = self.state();
+            let ids: Vec<String> = state
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.master.status == JobStatus::Created)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ids {
+                let free = Self::free_slots(&state);
+                let timeout = self.inner.config.slot_request_timeout;
+                let Some(job) = state.jobs.get_mut(&id) else {
+                    continue;
+                };
+                match job.master.start(&free) {
+                    Ok(a) => actions.extend(a),
+                    Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots { needed, available })) => {
+                        if job.submitted.elapsed() > timeout {
+                            let m = &mut job.master;
+                            m.failure = Some(format!(
+                                "could not get {needed} slots within {} s: the cluster offers {available} free",
+                                timeout.as_secs()
+                            ));
+                            for s in [JobStatus::Running, JobStatus::Failing, JobStatus::Failed] {
+                                m.status = m.status.transition(s).unwrap_or(s);
+                            }
+                            job.end_time_ms = Some(now_ms());
+                        }
+                    }
+                    Err(e) => tracing::error!(job = %id, "cannot start: {e}"),
+                }
+            }
+        }
+        self.perform(actions);
+    }
+
+    /// Carries out actions; failures to deploy become task failures.
+    fn perform(&self, actions: Vec<Action>) {
+        for action in actions {
+            let this = self.clone();
+            match action {
+                Action::Deploy {
+                    taskmanager,
+                    address,
+                    deployment,
+                } => {
+                    tokio::spawn(async move {
+                        let id = deployment.id.clone();
+                        let result = match this.client(&address).await {
+                            Ok(mut c) => c
+                                .submit_task(to_proto(&deployment))
+                                .await
+                                .map(|_| ())
+                                .map_err(|s| s.message().to_string()),
+                            Err(e) => Err(e),
+                        };
+                        if let Err(message) = result {
+                            let cause = format!(
+                                "deploying to TaskManager {taskmanager} at {address} failed: {message}"
+                            );
+                            this.task_state(&id, ExecutionState::Failed, Some(cause), Vec::new(), None);
+                        }
+                    });
+                }
+                Action::Cancel { address, id } => {
+                    tokio::spawn(async move {
+                        if let Ok(mut c) = this.client(&address).await {
+                            let _ = c.cancel_task(attempt_to_proto(&id)).await;
+                        }
+                    });
+                }
+                Action::Release { job_id, addresses } => {
+                    if let Some(job) = this.state().jobs.get_mut(&job_id) {
+                        job.end_time_ms.get_or_insert_with(now_ms);
+                        tracing::info!(job = %job_id, status = %job.master.status, "job ended");
+                    }
+                    tokio::spawn(async move {
+                        for address in addresses {
+                            if let Ok(mut c) = this.client(&address).await {
+                                let _ = c
+                                    .release_partitions(pb::ReleasePartitionsRequest {
+                                        job_id: job_id.clone(),
+                                    })
+                                    .await;
+                            }
+                        }
+                    });
+                }
+                Action::RestartAfter {
+                    job_id,
+                    delay,
+                    vertices,
+                } => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        this.restart(&job_id, &vertices);
+                    });
+                }
+            }
+        }
+    }
+
+    fn restart(&self, job_id: &str, vertices: &[floe_scheduler::ExecutionVertexId]) {
+        let actions = match self.state().jobs.get_mut(job_id) {
+            Some(job) => job.master.restart(vertices),
+            None => Vec::new(),
+        };
+        self.perform(actions);
+    }
+
+    async fn client(&self, address: &str) -> Result<TaskExecutorClient<Channel>, String> {
+        if let Some(c) = self
+            .inner
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(address)
+        {
+            return Ok(c.clone());
+        }
+        let endpoint = Channel::from_shared(format!("http://{address}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(Duration::from_secs(5));
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let client = TaskExecutorClient::new(channel).max_decoding_message_size(64 << 20);
+        self.inner
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// Applies a task state report.
+    pub fn task_state(
+        &self,
+        id: &AttemptId,
+        state: ExecutionState,
+        error: Option<String>,
+        produced: Vec<floe_shuffle::PartitionStats>,
+        counters: Option<TaskCounters>,
+    ) {
+        let actions = match self.state().jobs.get_mut(&id.job_id) {
+            Some(job) => job.master.on_task_state(id, state, error, produced, counters),
+            None => Vec::new(),
+        };
+        self.perform(actions);
+    }
+
+    /// Cancels a job (PATCH /jobs/{id}).
+    pub fn cancel(&self, job_id: &str) -> Result<()> {
+        let actions = {
+            let mut state = self.state();
+            let job = state
+                .jobs
+                .get_mut(job_id)
+                .ok_or_else(|| Error::UnknownJob(job_id.to_string()))?;
+            job.master.cancel()?
+        };
+        self.perform(actions);
+        Ok(())
+    }
+
+    /// Declares TaskManagers whose heartbeat is older than the timeout lost.
+    pub fn check_heartbeats(&self) {
+        let timeout = self.inner.config.heartbeat_timeout;
+        let mut actions = Vec::new();
+        {
+            let mut state = self.state();
+            let lost: Vec<String> = state
+                .taskmanagers
+                .values()
+                .filter(|tm| tm.last_heartbeat.elapsed() > timeout)
+                .map(|tm| tm.id.clone())
+                .collect();
+            for tm in lost {
+                tracing::warn!(taskmanager = %tm, "TaskManager lost: no heartbeat for {} ms", timeout.as_millis());
+                if let Some(info) = state.taskmanagers.remove(&tm) {
+                    self.inner
+                        .clients
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&info.address);
+                }
+                let free = Self::free_slots(&state);
+                for job in state.jobs.values_mut() {
+                    if !job.master.status.is_terminal() {
+                        actions.extend(job.master.on_taskmanager_lost(&tm, &free));
+                    }
+                }
+            }
+        }
+        self.perform(actions);
+        self.try_start_jobs();
+    }
+
+    /// Serves gRPC and REST until the process is told to stop.
+    pub async fn serve(self) -> Result<()> {
+        let rpc = tokio::net::TcpListener::bind(self.inner.config.rpc_address)
+            .await
+            .map_err(|source| Error::Bind {
+                address: self.inner.config.rpc_address.to_string(),
+                source,
+            })?;
+        let rest = tokio::net::TcpListener::bind(self.inner.config.rest_address)
+            .await
+            .map_err(|source| Error::Bind {
+                address: self.inner.config.rest_address.to_string(),
+                source,
+            })?;
+        let rpc_addr = rpc.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
+        let rest_addr = rest.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
+        // One line on stdout that `floe run` (and people) read to find the ports.
+        println!("floe jobmanager listening rpc={rpc_addr} rest={rest_addr}");
+        tracing::info!(%rpc_addr, %rest_addr, "JobManager started");
+        let monitor = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tick.tick().await;
+                monitor.check_heartbeats();
+            }
+        });
+        let app = crate::rest::router(self.clone());
+        let rest_server = tokio::spawn(async move { axum::serve(rest, app).await });
+        let grpc = tonic::transport::Server::builder()
+            .add_service(JobManagerServer::new(self.clone()).max_decoding_message_size(64 << 20))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(rpc));
+        tokio::select! {
+            r = grpc => r.map_err(|e| Error::Serve(e.to_string()))?,
+            r = rest_server => r.map_err(|e| Error::Serve(e.to_string()))?.map_err(|e| Error::Serve(e.to_string()))?,
+        }
+        Ok(())
+    }
+}
+
+fn attempt_to_proto(id: &AttemptId) -> pb::ExecutionAttemptId {
+    pb::ExecutionAttemptId {
+        job_id: id.job_id.clone(),
+        vertex: id.vertex.vertex.0,
+        subtask: id.vertex.subtask,
+        attempt: id.attempt,
+    }
+}
+
+fn attempt_from_proto(id: Option<pb::ExecutionAttemptId>) -> Result<AttemptId, Status> {
+    let id = id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
+    Ok(AttemptId {
+        job_id: id.job_id,
+        vertex: floe_scheduler::ExecutionVertexId::new(id.vertex, id.subtask),
+        attempt: id.attempt,
+    })
+}
+
+fn to_proto(d: &Deployment) -> pb::TaskDeployment {
+    pb::TaskDeployment {
+        id: Some(attempt_to_proto(&d.id)),
+        job_name: d.job.name.clone(),
+        args: d.job.args.clone(),
+        configuration: d.job.configuration.clone().into_iter().collect(),
+        graph_fingerprint: d.fingerprint.clone(),
+        inputs: d
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, channels)| pb::InputGateDeployment {
+                result: i as u32,
+                channels: channels
+                    .iter()
+                    .map(|c| pb::InputChannelDeployment {
+                        partition: Some(partition_to_proto(&c.partition)),
+                        address: c.address.clone(),
+                        subpartition_start: c.subpartitions.start,
+                        subpartition_end: c.subpartitions.end,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        outputs: d
+            .outputs
+            .iter()
+            .map(|o| pb::OutputDeployment {
+                partition: Some(partition_to_proto(&o.partition)),
+                num_subpartitions: o.num_subpartitions,
+                blocking: o.kind == floe_shuffle::PartitionKind::Blocking,
+            })
+            .collect(),
+    }
+}
+
+fn partition_to_proto(p: &floe_shuffle::ResultPartitionId) -> pb::ResultPartitionId {
+    pb::ResultPartitionId {
+        job_id: p.job_id.clone(),
+        result: p.result,
+        partition: p.partition,
+        attempt: p.attempt,
+    }
+}
+
+#[tonic::async_trait]
+impl JobManagerRpc for JobManager {
+    async fn register_task_manager(
+        &self,
+        request: Request<pb::RegisterTaskManagerRequest>,
+    ) -> Result<Response<pb::RegisterTaskManagerResponse>, Status> {
+        let r = request.into_inner();
+        if r.taskmanager_id.is_empty() || r.address.is_empty() {
+            return Err(Status::invalid_argument(
+                "taskmanager_id and address are required",
+            ));
+        }
+        if r.slots == 0 {
+            return Err(Status::invalid_argument(
+                "slots: a TaskManager must offer at least 1 slot",
+            ));
+        }
+        tracing::info!(taskmanager = %r.taskmanager_id, address = %r.address, slots = r.slots, "TaskManager registered");
+        self.state().taskmanagers.insert(
+            r.taskmanager_id.clone(),
+            TaskManagerInfo {
+                id: r.taskmanager_id,
+                address: r.address,
+                slots: r.slots,
+                last_heartbeat: Instant::now(),
+                buffered_bytes: 0,
+                buffered_bytes_peak: 0,
+                rss_bytes: 0,
+                rss_peak_bytes: 0,
+            },
+        );
+        self.try_start_jobs();
+        Ok(Response::new(pb::RegisterTaskManagerResponse {
+            jobmanager_id: self.inner.id.clone(),
+            heartbeat_interval_ms: self.inner.config.heartbeat_interval.as_millis() as u64,
+            heartbeat_timeout_ms: self.inner.config.heartbeat_timeout.as_millis() as u64,
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let r = request.into_inner();
+        let mut state = self.state();
+        let Some(tm) = state.taskmanagers.get_mut(&r.taskmanager_id) else {
+            return Ok(Response::new(pb::HeartbeatResponse { known: false }));
+        };
+        tm.last_heartbeat = Instant::now();
+        tm.buffered_bytes = r.buffered_bytes;
+        tm.buffered_bytes_peak = tm.buffered_bytes_peak.max(r.buffered_bytes_peak);
+        tm.rss_bytes = r.rss_bytes;
+        tm.rss_peak_bytes = tm.rss_peak_bytes.max(r.rss_peak_bytes);
+        for m in r.metrics {
+            let Ok(id) = attempt_from_proto(m.id) else {
+                continue;
+            };
+            if let Some(job) = state.jobs.get_mut(&id.job_id) {
+                job.master.update_counters(
+                    &id,
+                    TaskCounters {
+                        records_in: m.records_in,
+                        records_out: m.records_out,
+                    },
+                );
+            }
+        }
+        Ok(Response::new(pb::HeartbeatResponse { known: true }))
+    }
+
+    async fn update_task_execution_state(
+        &self,
+        request: Request<pb::TaskExecutionStateUpdate>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let r = request.into_inner();
+        let id = attempt_from_proto(r.id)?;
+        let state = floe_proto::convert::execution_state(r.state)
+            .ok_or_else(|| Status::invalid_argument(format!("state: unknown execution state {}", r.state)))?;
+        let produced = r
+            .produced
+            .into_iter()
+            .map(|p| floe_shuffle::PartitionStats {
+                bytes_per_subpartition: p.bytes_per_subpartition,
+            })
+            .collect();
+        let counters = r.metrics.map(|m| TaskCounters {
+            records_in: m.records_in,
+            records_out: m.records_out,
+        });
+        let error = (!r.error.is_empty()).then_some(r.error);
+        self.task_state(&id, state, error, produced, counters);
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn submit_job(
+        &self,
+        request: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let r = request.into_inner();
+        let args = JobArgs {
+            name: r.job_name,
+            args: r.args,
+            configuration: r.configuration.into_iter().collect(),
+        };
+        let job_id = self
+            .submit(args)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(Response::new(pb::SubmitJobResponse { job_id }))
+    }
+
+    async fn get_job_status(
+        &self,
+        request: Request<pb::GetJobStatusRequest>,
+    ) -> Result<Response<pb::JobStatusResponse>, Status> {
+        let job_id = request.into_inner().job_id;
+        let state = self.state();
+        let job = state
+            .jobs
+            .get(&job_id)
+            .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))?;
+        let (total, finished) = job.master.progress();
+        Ok(Response::new(pb::JobStatusResponse {
+            job_id,
+            status: job.master.status.name().to_string(),
+            tasks_total: total as u32,
+            tasks_finished: finished as u32,
+            records_processed: job.master.records_processed(),
+            failure: job.master.failure.clone().unwrap_or_default(),
+            cluster_peak_rss_bytes: peak_rss_bytes()
+                + state
+                    .taskmanagers
+                    .values()
+                    .map(|tm| tm.rss_peak_bytes)
+                    .sum::<u64>(),
+        }))
+    }
+
+    async fn cancel_job(&self, request: Request<pb::CancelJobRequest>) -> Result<Response<pb::Ack>, Status> {
+        let job_id = request.into_inner().job_id;
+        match self.cancel(&job_id) {
+            Ok(()) => Ok(Response::new(pb::Ack {})),
+            Err(Error::UnknownJob(id)) => Err(Status::not_found(format!("job {id} not found"))),
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! One TaskManager's shuffle: the registry of partitions it produces, the channels to peers it reads
+//! from, and the memory both hold. Writers, gates and the gRPC service all share it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tonic::transport::Channel;
+
+use crate::gate::RemoteInputGate;
+use crate::memory::MemoryCounter;
+use crate::partition::{BlockingPartition, Partition, PipelinedPartition, blocking_paths, lock};
+use crate::server::ShuffleService;
+use crate::{
+    Error, InputChannelSpec, InputGate, PartitionKind, PartitionWriter, Result, ResultPartitionId,
+    ShuffleConfig,
+};
+use floe_proto::v1::shuffle_server::ShuffleServer;
+
+/// State shared by an environment's clones, writers, gates and service.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: ShuffleConfig,
+    pub(crate) memory: Arc<MemoryCounter>,
+    pub(crate) partitions: Mutex<HashMap<ResultPartitionId, Partition>>,
+    /// One HTTP/2 connection per peer TaskManager, multiplexing all streams to it.
+    pub(crate) channels: Mutex<HashMap<String, Channel>>,
+}
+
+/// The shuffle of one TaskManager: creates [`PartitionWriter`]s and [`InputGate`]s for its tasks and
+/// serves its partitions to other TaskManagers through [`ShuffleEnvironment::service`]. Cloning is
+/// cheap and shares everything.
+#[derive(Debug, Clone)]
+pub struct ShuffleEnvironment {
+    shared: Arc<Shared>,
+}
+
+fn check_job_id(job_id: &str) -> Result<()> {
+    if job_id.is_empty() || job_id.contains(['/', '\\']) || job_id == "." || job_id.contains("..") {
+        return Err(Error::InvalidJobId(job_id.to_owned()));
+    }
+    Ok(())
+}
+
+impl ShuffleEnvironment {
+    /// Creates the data directory for blocking partitions.
+    pub fn new(config: ShuffleConfig) -> Result<Self> {
+        std::fs::create_dir_all(&config.data_dir).map_err(|e| Error::io(&config.data_dir, e))?;
+        Ok(ShuffleEnvironment {
+            shared: Arc::new(Shared {
+                config,
+                memory: Arc::new(MemoryCounter::default()),
+                partitions: Mutex::new(HashMap::new()),
+                channels: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &ShuffleConfig {
+        &self.shared.config
+    }
+
+    /// Registers partition `id` on this TaskManager (consumers can open it from now on) and returns
+    /// its writer. A partition id is written once: a restarted producer has a new attempt number.
+    pub fn create_writer(
+        &self,
+        id: ResultPartitionId,
+        num_subpartitions: u32,
+        kind: PartitionKind,
+    ) -> Result<Box<dyn PartitionWriter>> {
+        check_job_id(&id.job_id)?;
+        let shared = &self.shared;
+        if lock(&shared.partitions).contains_key(&id) {
+            return Err(Error::PartitionExists(id.to_string()));
+        }
+        // The file is created outside the registry lock; a racing duplicate is caught below.
+        let (partition, writer): (Partition, Box<dyn PartitionWriter>) = match kind {
+            PartitionKind::Pipelined => {
+                let (partition, writer) =
+                    PipelinedPartition::create(&id, num_subpartitions, &shared.config, shared.memory.clone());
+                (Partition::Pipelined(partition), Box::new(writer))
+            }
+            PartitionKind::Blocking => {
+                let (partition, writer) = BlockingPartition::create(&id, num_subpartitions, &shared.config)?;
+                (Partition::Blocking(partition), Box::new(writer))
+            }
+        };
+        let mut partitions = lock(&shared.partitions);
+        if partitions.contains_key(&id) {
+            return Err(Error::PartitionExists(id.to_string()));
+        }
+        partitions.insert(id, partition);
+        Ok(writer)
+    }
+
+    /// A gate over `channels`, merged in arrival order. Connects when first polled.
+    pub fn create_input_gate(&self, channels: Vec<InputChannelSpec>) -> Box<dyn InputGate> {
+        Box::new(RemoteInputGate::new(self.shared.clone(), channels))
+    }
+
+    /// The `Shuffle` gRPC service serving this TaskManager's partitions; add it to the TaskManager's
+    /// tonic server.
+    pub fn service(&self) -> ShuffleServer<ShuffleService> {
+        ShuffleServer::new(ShuffleService::new(self.shared.clone()))
+    }
+
+    /// Drops all partitions of `job_id` (freeing their memory, failing their writers and readers)
+    /// and deletes its blocking partitions' files. Idempotent; a file that cannot be deleted is
+    /// logged, not returned, as there is nothing the caller could do about it.
+    pub fn release_job(&self, job_id: &str) {
+        let released: Vec<Partition> = {
+            let mut partitions = lock(&self.shared.partitions);
+            let ids: Vec<ResultPartitionId> = partitions
+                .keys()
+                .filter(|id| id.job_id == job_id)
+                .cloned()
+                .collect();
+            ids.iter().filter_map(|id| partitions.remove(id)).collect()
+        };
+        for partition in &released {
+            partition.release();
+        }
+        if check_job_id(job_id).is_err() {
+            // Such a job never had files (create_writer refused it); never remove outside data_dir.
+            return;
+        }
+        let dir = self.shared.config.data_dir.join(job_id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(error = %Error::io(&dir, e), "could not delete released partitions"),
+        }
+    }
+
+    /// Where a blocking partition's data and index files are (whether or not they exist).
+    pub fn blocking_files(&self, id: &ResultPartitionId) -> (std::path::PathBuf, std::path::PathBuf) {
+        blocking_paths(&self.shared.config.data_dir, id)
+    }
+
+    /// Bytes held right now in pipelined producer queues and in consumer-side buffers received but
+    /// not yet handed to a task. See [`ShuffleConfig`] for the bound.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.shared.memory.current()
+    }
+
+    /// The most [`Self::buffered_bytes`] was since this environment was created.
+    pub fn peak_buffered_bytes(&self) -> u64 {
+        self.shared.memory.peak()
+    }
+}

@@ -1,0 +1,314 @@
+//! The consumer side: an [`InputGate`] reading every (channel, subpartition) through its own gRPC
+//! stream, granting credit as the task takes buffers, merging streams in arrival order.
+//!
+//! One task per stream reads the stream and forwards buffers to the gate over one channel; a buffer
+//! is counted in the environment's memory from the moment it is decoded until the gate hands it to
+//! the task, and each stream has at most `buffers_per_channel` buffers outstanding, which is what
+//! bounds the consumer side.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+use crate::environment::Shared;
+use crate::memory::TrackedBuffer;
+use crate::partition::lock;
+use crate::{Error, InputChannelSpec, InputGate, Result, ResultPartitionId};
+use floe_proto::v1::read_request::Kind;
+use floe_proto::v1::shuffle_client::ShuffleClient;
+use floe_proto::v1::{OpenSubpartition, ReadRequest, ShuffleBuffer};
+
+/// Bounds a connection attempt to a peer that drops packets instead of refusing them.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Detects a producer TaskManager that vanished mid-stream (no FIN, no RST).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a stream task tells the gate.
+#[derive(Debug)]
+enum Event {
+    /// The stream is open; credits for it go to this sender.
+    Opened(usize, mpsc::UnboundedSender<ReadRequest>),
+    Buffer(usize, TrackedBuffer),
+    End(usize),
+    Failed(Error),
+}
+
+#[derive(Debug)]
+enum GateState {
+    NotStarted,
+    Running {
+        events: mpsc::UnboundedReceiver<Event>,
+        credits: Vec<Option<mpsc::UnboundedSender<ReadRequest>>>,
+        remaining: usize,
+        /// Aborts the stream tasks when the gate is dropped.
+        _tasks: JoinSet<()>,
+    },
+    Finished,
+    Failed(String),
+}
+
+/// The [`InputGate`] of [`crate::ShuffleEnvironment::create_input_gate`].
+#[derive(Debug)]
+pub(crate) struct RemoteInputGate {
+    shared: Arc<Shared>,
+    channels: Vec<InputChannelSpec>,
+    state: GateState,
+}
+
+impl RemoteInputGate {
+    pub(crate) fn new(shared: Arc<Shared>, channels: Vec<InputChannelSpec>) -> Self {
+        RemoteInputGate {
+            shared,
+            channels,
+            state: GateState::NotStarted,
+        }
+    }
+
+    fn start(&mut self) {
+        let (tx, events) = mpsc::unbounded_channel();
+        let mut tasks = JoinSet::new();
+        let mut streams = 0;
+        for spec in &self.channels {
+            for subpartition in spec.subpartitions.clone() {
+                let stream = Stream {
+                    shared: self.shared.clone(),
+                    partition: spec.partition.clone(),
+                    address: spec.address.clone(),
+                    subpartition,
+                    index: streams,
+                };
+                tasks.spawn(stream.run(tx.clone()));
+                streams += 1;
+            }
+        }
+        self.state = if streams == 0 {
+            GateState::Finished
+        } else {
+            GateState::Running {
+                events,
+                credits: (0..streams).map(|_| None).collect(),
+                remaining: streams,
+                _tasks: tasks,
+            }
+        };
+    }
+}
+
+#[async_trait]
+impl InputGate for RemoteInputGate {
+    async fn next(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            let (events, credits, remaining) = match &mut self.state {
+                GateState::NotStarted => {
+                    self.start();
+                    continue;
+                }
+                GateState::Finished => return Ok(None),
+                GateState::Failed(message) => return Err(Error::GateFailed(message.clone())),
+                GateState::Running {
+                    events,
+                    credits,
+                    remaining,
+                    ..
+                } => (events, credits, remaining),
+            };
+            match events.recv().await {
+                Some(Event::Opened(index, sender)) => credits[index] = Some(sender),
+                Some(Event::Buffer(index, buffer)) => {
+                    // Uncounted before the credit goes out, or the next buffer may arrive first.
+                    let data = buffer.into_bytes();
+                    if let Some(sender) = &credits[index] {
+                        // The stream may have just failed; its task reports that.
+                        let _ = sender.send(ReadRequest {
+                            kind: Some(Kind::Credit(1)),
+                        });
+                    }
+                    return Ok(Some(data));
+                }
+                Some(Event::End(index)) => {
+                    credits[index] = None;
+                    *remaining -= 1;
+                    if *remaining == 0 {
+                        self.state = GateState::Finished;
+                        return Ok(None);
+                    }
+                }
+                Some(Event::Failed(error)) => {
+                    // Dropping the state aborts the other streams: the task fails as a whole.
+                    self.state = GateState::Failed(error.to_string());
+                    return Err(error);
+                }
+                None => {
+                    let message = "every channel stopped without reaching end of partition".to_owned();
+                    self.state = GateState::Failed(message.clone());
+                    return Err(Error::GateFailed(message));
+                }
+            }
+        }
+    }
+}
+
+/// One (channel, subpartition) stream.
+#[derive(Debug)]
+struct Stream {
+    shared: Arc<Shared>,
+    partition: ResultPartitionId,
+    address: String,
+    subpartition: u32,
+    index: usize,
+}
+
+impl Stream {
+    async fn run(self, events: mpsc::UnboundedSender<Event>) {
+        if let Err(error) = self.read(&events).await {
+            tracing::debug!(%error, "shuffle input channel failed");
+            let _ = events.send(Event::Failed(error));
+        }
+    }
+
+    async fn read(&self, events: &mpsc::UnboundedSender<Event>) -> Result<()> {
+        let (credits, mut response) = self.open_with_retry().await?;
+        if events.send(Event::Opened(self.index, credits)).is_err() {
+            return Ok(()); // the gate is gone
+        }
+        loop {
+            let message = match response.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => return Err(self.remote("stream ended before end of partition")),
+                Err(status) => {
+                    self.forget_channel_if_broken(&status);
+                    return Err(self.status_error(status));
+                }
+            };
+            let ShuffleBuffer {
+                data,
+                end_of_partition,
+            } = message;
+            if !data.is_empty() {
+                let buffer = TrackedBuffer::new(Bytes::from(data), self.shared.memory.clone(), None);
+                if events.send(Event::Buffer(self.index, buffer)).is_err() {
+                    return Ok(());
+                }
+            }
+            if end_of_partition {
+                let _ = events.send(Event::End(self.index));
+                return Ok(());
+            }
+        }
+    }
+
+    /// Opens the stream, retrying what may heal (producer not up or not registered yet) with
+    /// exponential backoff until `request_timeout`.
+    async fn open_with_retry(
+        &self,
+    ) -> Result<(mpsc::UnboundedSender<ReadRequest>, Streaming<ShuffleBuffer>)> {
+        let config = &self.shared.config;
+        let deadline = Instant::now() + config.request_timeout;
+        let mut backoff = config.request_backoff_initial;
+        loop {
+            match self.open().await {
+                Ok(opened) => return Ok(opened),
+                Err(error) if error.is_retryable() && Instant::now() < deadline => {
+                    tracing::debug!(%error, ?backoff, "retrying shuffle input channel");
+                    let wait = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(config.request_backoff_max);
+                }
+                Err(Error::PartitionNotFound(_)) => {
+                    return Err(self.remote(&format!(
+                        "the partition was not registered there within {:?}",
+                        config.request_timeout
+                    )));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<(mpsc::UnboundedSender<ReadRequest>, Streaming<ShuffleBuffer>)> {
+        let channel = self.channel().await?;
+        let (requests, rx) = mpsc::unbounded_channel();
+        let open = OpenSubpartition {
+            partition: Some(self.partition.clone().into()),
+            subpartition: self.subpartition,
+            initial_credit: self.shared.config.buffers_per_channel.max(1),
+        };
+        // Queued before the call so the server sees it first; cannot fail, `rx` is alive.
+        let _ = requests.send(ReadRequest {
+            kind: Some(Kind::Open(open)),
+        });
+        let mut client = ShuffleClient::new(channel).max_decoding_message_size(usize::MAX);
+        match client.read_subpartition(UnboundedReceiverStream::new(rx)).await {
+            Ok(response) => Ok((requests, response.into_inner())),
+            Err(status) => {
+                self.forget_channel_if_broken(&status);
+                Err(self.status_error(status))
+            }
+        }
+    }
+
+    /// The shared connection to the producer's TaskManager, connecting if there is none.
+    async fn channel(&self) -> Result<Channel> {
+        if let Some(channel) = lock(&self.shared.channels).get(&self.address) {
+            return Ok(channel.clone());
+        }
+        let unreachable = |source| Error::Unreachable {
+            address: self.address.clone(),
+            partition: self.partition.to_string(),
+            source,
+        };
+        let endpoint = Endpoint::from_shared(format!("http://{}", self.address))
+            .map_err(unreachable)?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect().await.map_err(unreachable)?;
+        // Another stream may have connected meanwhile: keep one connection per peer.
+        Ok(lock(&self.shared.channels)
+            .entry(self.address.clone())
+            .or_insert(channel)
+            .clone())
+    }
+
+    fn forget_channel_if_broken(&self, status: &Status) {
+        if matches!(status.code(), Code::Unavailable | Code::Unknown | Code::Internal) {
+            lock(&self.shared.channels).remove(&self.address);
+        }
+    }
+
+    fn remote(&self, message: &str) -> Error {
+        Error::Remote {
+            partition: format!("{} subpartition {}", self.partition, self.subpartition),
+            address: self.address.clone(),
+            message: message.to_owned(),
+        }
+    }
+
+    fn status_error(&self, status: Status) -> Error {
+        let partition = format!("{} subpartition {}", self.partition, self.subpartition);
+        match status.code() {
+            Code::NotFound => Error::PartitionNotFound(partition),
+            Code::Unavailable => Error::Unavailable {
+                partition,
+                address: self.address.clone(),
+                message: status.message().to_owned(),
+            },
+            code => Error::Remote {
+                partition,
+                address: self.address.clone(),
+                message: format!("{code:?}: {}", status.message()),
+            },
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! Floe's TaskManager: offers slots to a JobManager, runs the operator chains it is given (built from
+//! the job registry, the same way the JobManager built them, checked by graph fingerprint), moves data
+//! through the [`floe_shuffle::ShuffleEnvironment`], and reports every state change.
+//!
+//! Read [`TaskManager`] first; [`run`] is the whole process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use floe_datastream::{BuiltJob, JobArgs, JobRegistry, TaskContext, TaskMetrics};
+use floe_proto::v1::job_manager_client::JobManagerClient;
+use floe_proto::v1::task_executor_server::{TaskExecutor, TaskExecutorServer};
+use floe_proto::v1::{self as pb};
+use floe_scheduler::ExecutionState;
+use floe_shuffle::{InputChannelSpec, PartitionKind, ShuffleConfig, ShuffleEnvironment};
+use tokio::task::AbortHandle;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+/// What can stop a TaskManager.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot bind {address}: {source}")]
+    Bind {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot reach the JobManager at {address}: {message}")]
+    JobManagerUnreachable { address: String, message: String },
+    #[error("the JobManager refused registration: {0}")]
+    Refused(String),
+    #[error("shuffle: {0}")]
+    Shuffle(#[from] floe_shuffle::Error),
+    #[error("server failed: {0}")]
+    Serve(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a TaskManager runs.
+#[derive(Debug, Clone)]
+pub struct TaskManagerConfig {
+    /// host:port of the JobManager's RPC endpoint.
+    pub jobmanager: String,
+    /// Where to serve TaskExecutor and Shuffle (port 0 picks one).
+    pub bind: SocketAddr,
+    pub slots: u32,
+    pub id: String,
+    /// Local directory for blocking partitions.
+    pub data_dir: PathBuf,
+    /// How long to keep trying to reach the JobManager at start.
+    pub registration_timeout: Duration,
+}
+
+/// Task identity as the map key.
+type AttemptKey = (String, u32, u32, u32);
+
+fn key(id: &pb::ExecutionAttemptId) -> AttemptKey {
+    (id.job_id.clone(), id.vertex, id.subtask, id.attempt)
+}
+
+#[derive(Debug)]
+struct RunningTask {
+    abort: AbortHandle,
+    metrics: Arc<TaskMetrics>,
+}
+
+/// The TaskManager's shared state.
+#[derive(Debug, Clone)]
+pub struct TaskManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: String,
+    jobmanager: JobManagerClient<Channel>,
+    shuffle: ShuffleEnvironment,
+    registry: JobRegistry,
+    jobs: Mutex<HashMap<String, Arc<BuiltJob>>>,
+    tasks: Mutex<HashMap<AttemptKey, RunningTask>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Resident memory of this process now and at its peak, in bytes (Linux /proc).
+pub fn rss_bytes() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+impl TaskManager {
+    fn job(&self, args: &JobArgs, job_id: &str) -> Result<Arc<BuiltJob>, String> {
+        if let Some(j) = lock(&self.inner.jobs).get(job_id) {
+            return Ok(j.clone());
+        }
+        let built = Arc::new(self.inner.registry.build(args).map_err(|e| e.to_string())?);
+        lock(&self.inner.jobs).insert(job_id.to_string(), built.clone());
+        Ok(built)
+    }
+
+    async fn report(
+        &self,
+        id: &pb::ExecutionAttemptId,
+        state: ExecutionState,
+        error: String,
+        produced: Vec<pb::PartitionStats>,
+        metrics: Option<&TaskMetrics>,
+    ) {
+        let update = pb::TaskExecutionStateUpdate {
+            id: Some(id.clone()),
+            state: pb::ExecutionStateProto::from(state) as i32,
+            error,
+            produced,
+            metrics: metrics.map(|m| pb::TaskMetrics {
+                id: Some(id.clone()),
+                records_in: m.records_in.load(Ordering::Relaxed),
+                records_out: m.records_out.load(Ordering::Relaxed),
+            }),
+        };
+        // A lost report would leave the JobManager waiting forever: retry for a while.
+        for attempt in 0..20 {
+            match self
+                .inner
+                .jobmanager
+                .clone()
+                .update_task_execution_state(update.clone())
+                .await
+            {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(attempt, "reporting {state} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+
+    /// Sets up one task and runs it in the background, reporting its states.
+    fn start_task(&self, d: pb::TaskDeployment) -> Result<(), Status> {
+        let id =
+            d.id.clone()
+                .ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
+        let args = JobArgs {
+            name: d.job_name.clone(),
+            args: d.args.clone(),
+            configuration: d.configuration.clone().into_iter().collect::<BTreeMap<_, _>>(),
+        };
+        let built = self
+            .job(&args, &id.job_id)
+            .map_err(|e| Status::invalid_argument(format!("cannot build job '{}': {e}", args.name)))?;
+        let fingerprint = built.fingerprint();
+        if fingerprint != d.graph_fingerprint {
+            return Err(Status::failed_precondition(format!(
+                "graph fingerprint mismatch for job '{}': this TaskManager built {fingerprint}, the JobManager {}; \
+                 are they running different builds?",
+                args.name, d.graph_fingerprint
+            )));
+        }
+        let parallelism = built
+            .job_graph()
+            .vertices()
+            .get(id.vertex as usize)
+            .map(|v| v.parallelism)
+            .ok_or_else(|| Status::invalid_argument(format!("id.vertex: job has no vertex {}", id.vertex)))?;
+        let mut outputs = Vec::with_capacity(d.outputs.len());
+        for o in &d.outputs {
+            let partition = o
+                .partition
+                .clone()
+                .ok_or_else(|| Status::invalid_argument("outputs.partition: missing"))?;
+            let kind = if o.blocking {
+                PartitionKind::Blocking
+            } else {
+                PartitionKind::Pipelined
+            };
+            let writer = self
+                .inner
+                .shuffle
+                .create_writer(partition.into(), o.num_subpartitions, kind)
+                .map_err(|e| Status::internal(e.to_string()))?;
+            outputs.push(writer);
+        }
+        let inputs = d
+            .inputs
+            .iter()
+            .map(|gate| {
+                let channels = gate
+                    .channels
+                    .iter()
+                    .filter_map(|c| {
+                        Some(InputChannelSpec {
+                            partition: c.partition.clone()?.into(),
+                            address: c.address.clone(),
+                            subpartitions: c.subpartition_start..c.subpartition_end,
+                        })
+                    })
+                    .collect();
+                self.inner.shuffle.create_input_gate(channels)
+            })
+            .collect();
+        let metrics = Arc::new(TaskMetrics::default());
+        let configuration = args.configuration.clone();
+        let buffer_timeout = built.buffer_timeout();
+        let buffer_size = built.buffer_size();
+        let ctx = TaskContext {
+            subtask: id.subtask,
+            parallelism,
+            attempt: id.attempt,
+            inputs,
+            outputs,
+            metrics: metrics.clone(),
+            buffer_timeout,
+            buffer_size,
+            configuration,
+        };
+        let task = built
+            .create_task(id.vertex, ctx)
+            .map_err(|e| Status::invalid_argument(format!("cannot create task: {e}")))?;
+        let this = self.clone();
+        let task_id = id.clone();
+        let task_metrics = metrics.clone();
+        let handle = tokio::spawn(async move {
+            this.report(
+                &task_id,
+                ExecutionState::Initializing,
+                String::new(),
+                Vec::new(),
+                None,
+            )
+            .await;
+            this.report(&task_id, ExecutionState::Running, String::new(), Vec::new(), None)
+                .await;
+            let outcome = task.run().await;
+            lock(&this.inner.tasks).remove(&key(&task_id));
+            match outcome {
+                Ok(stats) => {
+                    let produced = stats
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| pb::PartitionStats {
+                            result: i as u32,
+                            partition: task_id.subtask,
+                            bytes_per_subpartition: s.bytes_per_subpartition.clone(),
+                        })
+                        .collect();
+                    this.report(
+                        &task_id,
+                        ExecutionState::Finished,
+                        String::new(),
+                        produced,
+                        Some(&task_metrics),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    tracing::warn!(task = ?task_id, "task failed: {e}");
+                    this.report(
+                        &task_id,
+                        ExecutionState::Failed,
+                        e.to_string(),
+                        Vec::new(),
+                        Some(&task_metrics),
+                    )
+                    .await;
+                }
+            }
+        });
+        lock(&self.inner.tasks).insert(
+            key(&id),
+            RunningTask {
+                abort: handle.abort_handle(),
+                metrics,
+            },
+        );
+        Ok(())
+    }
+
+    fn metrics(&self) -> Vec<pb::TaskMetrics> {
+        lock(&self.inner.tasks)
+            .iter()
+            .map(|((job_id, vertex, subtask, attempt), t)| pb::TaskMetrics {
+                id: Some(pb::ExecutionAttemptId {
+                    job_id: job_id.clone(),
+                    vertex: *vertex,
+                    subtask: *subtask,
+                    attempt: *attempt,
+                }),
+                records_in: t.metrics.records_in.load(Ordering::Relaxed),
+                records_out: t.metrics.records_out.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+}
+
+#[tonic::async_trait]
+impl TaskExecutor for TaskManager {
+    async fn submit_task(&self, request: Request<pb::TaskDeployment>) -> Result<Response<pb::Ack>, Status> {
+        self.start_task(request.into_inner())?;
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::ExecutionAttemptId>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let id = request.into_inner();
+        let task = lock(&self.inner.tasks).remove(&key(&id));
+        if let Some(task) = task {
+            task.abort.abort();
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.report(
+                    &id,
+                    ExecutionState::Canceled,
+                    String::new(),
+                    Vec::new(),
+                    Some(&task.metrics),
+                )
+                .await;
+            });
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn release_partitions(
+        &self,
+        request: Request<pb::ReleasePartitionsRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let job_id = request.into_inner().job_id;
+        self.inner.shuffle.release_job(&job_id);
+        lock(&self.inner.jobs).remove(&job_id);
+        Ok(Response::new(pb::Ack {}))
+    }
+}
+
+async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Channel>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let endpoint = Channel::from_shared(format!("http://{address}"))
+        .map_err(|e| Error::JobManagerUnreachable {
+            address: address.into(),
+            message: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(2));
+    loop {
+        match endpoint.connect().await {
+            Ok(ch) => return Ok(JobManagerClient::new(ch)),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(Error::JobManagerUnreachable {
+                    address: address.into(),
+                    message: e.to_string(),
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// Runs a TaskManager until its server stops: serve, register, heartbeat.
+pub async fn run(config: TaskManagerConfig) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| Error::Bind {
+            address: config.bind.to_string(),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
+    let address = local.to_string();
+    let shuffle = ShuffleEnvironment::new(ShuffleConfig {
+        data_dir: config.data_dir.clone(),
+        ..ShuffleConfig::default()
+    })?;
+    let jobmanager = connect(&config.jobmanager, config.registration_timeout).await?;
+    let tm = TaskManager {
+        inner: Arc::new(Inner {
+            id: config.id.clone(),
+            jobmanager,
+            shuffle: shuffle.clone(),
+            registry: JobRegistry::builtin(),
+            jobs: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(HashMap::new()),
+        }),
+    };
+    let server = tonic::transport::Server::builder()
+        .add_service(TaskExecutorServer::new(tm.clone()).max_decoding_message_size(64 << 20))
+        .add_service(shuffle.service())
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));
+    let server = tokio::spawn(server);
+    let register = pb::RegisterTaskManagerRequest {
+        taskmanager_id: config.id.clone(),
+        address: address.clone(),
+        slots: config.slots,
+    };
+    let response = tm
+        .inner
+        .jobmanager
+        .clone()
+        .register_task_manager(register.clone())
+        .await
+        .map_err(|s| Error::Refused(s.message().to_string()))?
+        .into_inner();
+    println!(
+        "floe taskmanager {} listening {address} slots={}",
+        config.id, config.slots
+    );
+    tracing::info!(id = %config.id, %address, "registered with JobManager {}", response.jobmanager_id);
+    let interval = Duration::from_millis(response.heartbeat_interval_ms.max(100));
+    let beat = tm.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            let (rss, rss_peak) = rss_bytes();
+            let request = pb::HeartbeatRequest {
+                taskmanager_id: beat.inner.id.clone(),
+                metrics: beat.metrics(),
+                buffered_bytes: beat.inner.shuffle.buffered_bytes(),
+                buffered_bytes_peak: beat.inner.shuffle.peak_buffered_bytes(),
+                rss_bytes: rss,
+                rss_peak_bytes: rss_peak,
+            };
+            match beat.inner.jobmanager.clone().heartbeat(request).await {
+                Ok(r) if !r.get_ref().known => {
+                    tracing::warn!("JobManager does not know this TaskManager; registering again");
+                    let _ = beat
+                        .inner
+                        .jobmanager
+                        .clone()
+                        .register_task_manager(register.clone())
+                        .await;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("heartbeat failed: {e}"),
+            }
+        }
+    });
+    server
+        .await
+        .map_err(|e| Error::Serve(e.to_string()))?
+        .map_err(|e| Error::Serve(e.to_string()))
+}

@@ -1,0 +1,159 @@
+//! Shared helpers of the cross-process tests: seeded input, an independent reference count, output
+//! readers, a tiny HTTP client for the REST API, manifests.
+#![allow(dead_code, clippy::unwrap_used, clippy::too_many_arguments)] // each test target uses a subset; a panic is the failure report
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+pub const FLOE: &str = env!("CARGO_BIN_EXE_floe");
+
+/// A fresh directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("floe-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// 12 MiB of seeded Zipf words, generated once per test binary, and its reference count.
+pub fn input() -> &'static (PathBuf, HashMap<String, u64>) {
+    static INPUT: OnceLock<(PathBuf, HashMap<String, u64>)> = OnceLock::new();
+    INPUT.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("floe-test-input-{}.txt", std::process::id()));
+        floe::generate::write_words(&path, 12 << 20, 1234).unwrap();
+        let counts = reference_count(&path);
+        (path, counts)
+    })
+}
+
+/// The word count, computed independently of Floe: Flink's tokenizer written out by hand (lowercase,
+/// split on anything but ASCII letters, digits and '_', drop empties) and a HashMap.
+pub fn reference_count(path: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut counts = HashMap::new();
+    for line in text.lines() {
+        let lower = line.to_lowercase();
+        for token in lower.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if !token.is_empty() {
+                *counts.entry(token.to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// Every `word<TAB>count` line of every part file in a directory; fails on in-progress leftovers.
+pub fn output_lines(dir: &Path) -> Vec<(String, u64)> {
+    let mut lines = Vec::new();
+    let mut parts = 0;
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("no output at {}: {e}", dir.display())) {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        assert!(!name.contains("inprogress"), "left-over in-progress file {name}");
+        if !name.starts_with("part-") {
+            continue;
+        }
+        parts += 1;
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let (w, c) = line
+                .rsplit_once('\t')
+                .unwrap_or_else(|| panic!("bad output line {line:?}"));
+            lines.push((w.to_string(), c.parse().unwrap()));
+        }
+    }
+    assert!(parts > 0, "no part files in {}", dir.display());
+    lines
+}
+
+/// BATCH output: exactly one line per word, with the reference count.
+pub fn assert_batch_output(dir: &Path, reference: &HashMap<String, u64>) {
+    let lines = output_lines(dir);
+    let mut got = HashMap::new();
+    for (w, c) in lines {
+        assert!(
+            got.insert(w.clone(), c).is_none(),
+            "word {w:?} appears twice in BATCH output"
+        );
+    }
+    assert_eq!(got.len(), reference.len(), "distinct words");
+    for (w, c) in reference {
+        assert_eq!(got.get(w), Some(c), "count of {w:?}");
+    }
+}
+
+/// STREAMING output: one line per input word (every update), the largest count per word is final.
+pub fn assert_streaming_output(dir: &Path, reference: &HashMap<String, u64>) {
+    let lines = output_lines(dir);
+    let total: u64 = reference.values().sum();
+    assert_eq!(lines.len() as u64, total, "one update per input word");
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for (w, c) in lines {
+        let e = last.entry(w).or_insert(0);
+        *e = (*e).max(c);
+    }
+    assert_eq!(&last, reference);
+}
+
+/// A FlinkJob manifest for the built-in wordcount.
+pub fn wordcount_manifest(
+    dir: &Path,
+    input: &Path,
+    output: &Path,
+    mode: &str,
+    parallelism: u32,
+    replicas: u32,
+    slots: u32,
+    configuration: &[(&str, &str)],
+) -> PathBuf {
+    let mut conf = String::new();
+    for (k, v) in configuration {
+        conf.push_str(&format!("    {k}: \"{v}\"\n"));
+    }
+    let text = format!(
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: wordcount }}\nspec:\n  job:\n    name: wordcount\n    args: [\"--input\", \"{}\", \"--output\", \"{}\"]\n    parallelism: {parallelism}\n    mode: {mode}\n  taskManager: {{ replicas: {replicas}, slots: {slots} }}\n  configuration:\n{conf}",
+        input.display(),
+        output.display()
+    );
+    let path = dir.join(format!("job-{mode}-{parallelism}-{}.yaml", configuration.len()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Minimal HTTP/1.1 client for the REST API: (status code, JSON body).
+pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value) {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (
+        status,
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = &tail[n + 2..];
+    }
+    out
+}
