@@ -1,7 +1,12 @@
 //! `floe plan` as a user runs it: the built binary on example graph files.
 
 #![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
+
+mod common;
+
 use std::process::{Command, Output};
+
+use common::strings;
 
 use serde_json::Value;
 
@@ -17,14 +22,6 @@ fn json(args: &[&str]) -> Value {
     let out = floe(args);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("valid JSON")
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect()
 }
 
 #[test]

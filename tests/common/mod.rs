@@ -157,3 +157,12 @@ fn dechunk(body: &str) -> String {
     }
     out
 }
+
+/// A JSON array of strings.
+pub fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}

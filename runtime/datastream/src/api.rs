@@ -3,7 +3,7 @@
 //! [`crate::BuiltJob`].
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::ops::Add;
@@ -18,7 +18,7 @@ use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, MapOp, OpContext, OpFactory,
+    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, MapOp, OpContext, OpFactory,
     SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, downcast, erase,
 };
 use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
@@ -650,7 +650,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                     Ok(erase::<T>(Box::new(StreamingReduce {
                         key: key.clone(),
                         f: f.clone(),
-                        state: HashMap::new(),
+                        state: KeyMap::default(),
                         down: downcast::<T>(down)?,
                     })))
                 });
@@ -664,7 +664,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                     Ok(erase::<T>(Box::new(Combiner {
                         key: ck.clone(),
                         f: cf.clone(),
-                        state: HashMap::new(),
+                        state: KeyMap::default(),
                         down: downcast::<T>(down)?,
                     })))
                 });
@@ -716,7 +716,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                 erase::<T>(Box::new(StreamingProcess::<T, K, S, O, F> {
                     key: key.clone(),
                     f: f.clone(),
-                    state: HashMap::new(),
+                    state: KeyMap::default(),
                     down,
                 }))
             })

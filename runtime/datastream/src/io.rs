@@ -315,17 +315,25 @@ impl SplitMix {
 /// Words in the generator's vocabulary.
 pub const GENERATOR_VOCABULARY: usize = 10_000;
 
-/// The word of Zipf rank `rank`: bijective base 26 (`a`..`z`, `aa`, ...), letters only.
+/// The word of Zipf rank `rank`: two or more two-letter syllables (4 to 8 letters for the
+/// vocabulary, ~5 on average like English text), distinct for distinct ranks, letters only.
 pub fn generator_word(rank: usize) -> String {
-    let mut n = rank + 1;
-    let mut letters = Vec::new();
+    const SYLLABLES: [&str; 32] = [
+        "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "be", "da", "fu", "go", "hi", "jo", "ke", "la", "ma",
+        "no", "pe", "qu", "ri", "so", "tu", "va", "we", "xi", "ya", "ze", "an", "el", "in", "or",
+    ];
+    // The first two syllables spell rank mod 1024; the rest spell rank / 1024 in bijective base 32,
+    // so different ranks never give the same word.
+    let mut word = String::with_capacity(8);
+    word.push_str(SYLLABLES[rank % 32]);
+    word.push_str(SYLLABLES[(rank / 32) % 32]);
+    let mut n = rank / 1024;
     while n > 0 {
         n -= 1;
-        letters.push(b'a' + (n % 26) as u8);
-        n /= 26;
+        word.push_str(SYLLABLES[n % 32]);
+        n /= 32;
     }
-    letters.reverse();
-    String::from_utf8_lossy(&letters).into_owned()
+    word
 }
 
 /// The `index`-th line of the generator with `seed`: 1 to 12 Zipf(1.0)-distributed words. A pure
@@ -662,12 +670,15 @@ mod tests {
         for i in 0..2000 {
             for w in generator_line(1, i, &cdf, &words).split(' ') {
                 total += 1;
-                top += usize::from(w == "a");
+                top += usize::from(w == "kaka");
             }
         }
         // Rank 1 of Zipf(1.0) over 10,000 words has probability ~0.102.
         assert!(top * 20 > total && top * 6 < total, "{top} of {total}");
-        assert_eq!(generator_word(0), "a");
-        assert_eq!(generator_word(26), "aa");
+        assert_eq!(generator_word(0), "kaka");
+        assert_eq!(generator_word(1025), "lokaka");
+        let distinct: std::collections::HashSet<String> =
+            (0..GENERATOR_VOCABULARY).map(generator_word).collect();
+        assert_eq!(distinct.len(), GENERATOR_VOCABULARY);
     }
 }

@@ -433,7 +433,7 @@ impl JobMaster {
             }
             ExecutionState::Finished => {
                 if let Err(e) = self.graph.transition(v, ExecutionState::Finished) {
-                    return self.on_failure(v, format!("bad report: {e}"));
+                    return self.on_failure(&[v], format!("bad report: {e}"));
                 }
                 let partitions: Vec<PartitionId> = self.graph.produced_partitions(v).collect();
                 for (p, stats) in partitions.iter().zip(
@@ -465,7 +465,7 @@ impl JobMaster {
             }
             ExecutionState::Failed => {
                 let cause = error.unwrap_or_else(|| "task failed".into());
-                self.on_failure(v, format!("{} failed: {cause}", self.graph.task_name(v)))
+                self.on_failure(&[v], format!("{} failed: {cause}", self.graph.task_name(v)))
             }
             _ => Vec::new(),
         }
@@ -526,27 +526,25 @@ impl JobMaster {
             })
             .map(|e| e.id)
             .collect();
-        let mut actions = Vec::new();
-        for v in victims {
-            if !self
-                .graph
-                .execution_vertex(v)
-                .map(|e| e.current.state.is_terminal())
-                .unwrap_or(true)
-            {
-                actions
-                    .extend(self.on_failure(v, format!("TaskManager {tm} was lost (heartbeat timed out)")));
-            }
+        if victims.is_empty() {
+            return Vec::new();
         }
-        actions
+        // One lost TaskManager is one failure for the restart strategy, however many tasks it ran.
+        self.on_failure(
+            &victims,
+            format!("TaskManager {tm} was lost (heartbeat timed out)"),
+        )
     }
 
-    /// Region failover, or the end of the job when the restart strategy is exhausted.
-    fn on_failure(&mut self, v: ExecutionVertexId, cause: String) -> Vec<Action> {
-        let _ = self.graph.transition(v, ExecutionState::Failed);
-        let global = self.graph.global_index(v);
-        self.finished_records += self.processed(global, &self.counters[global]);
-        self.counters[global] = TaskCounters::default();
+    /// Region failover for executions that failed together, or the end of the job when the restart
+    /// strategy is exhausted.
+    fn on_failure(&mut self, failed: &[ExecutionVertexId], cause: String) -> Vec<Action> {
+        for &v in failed {
+            let _ = self.graph.transition(v, ExecutionState::Failed);
+            let global = self.graph.global_index(v);
+            self.finished_records += self.processed(global, &self.counters[global]);
+            self.counters[global] = TaskCounters::default();
+        }
         if self.status != JobStatus::Running {
             return self.maybe_terminal();
         }
@@ -565,19 +563,28 @@ impl JobMaster {
         let shuffle = &self.shuffle;
         let graph = &self.graph;
         let id = &self.id;
-        let restart = failover::tasks_to_restart(graph, &self.regions, v, |p| {
-            let producer = graph.producer_of(p);
-            let attempt = graph
-                .execution_vertex(producer)
-                .map(|e| e.current.attempt)
-                .unwrap_or(0);
-            shuffle.is_available(&ResultPartitionId {
-                job_id: id.clone(),
-                result: p.result.0,
-                partition: p.partition,
-                attempt,
-            })
-        });
+        // A partition is lost when it was produced and its data is gone (its TaskManager died), or its
+        // producer failed. One whose producer is still on its way will be produced: not lost.
+        let is_available = |p: PartitionId| {
+            let Ok(producer) = graph.execution_vertex(graph.producer_of(p)) else {
+                return false;
+            };
+            match producer.current.state {
+                ExecutionState::Finished => shuffle.is_available(&ResultPartitionId {
+                    job_id: id.clone(),
+                    result: p.result.0,
+                    partition: p.partition,
+                    attempt: producer.current.attempt,
+                }),
+                state => !state.is_terminal(),
+            }
+        };
+        let restart: Vec<ExecutionVertexId> = failed
+            .iter()
+            .flat_map(|&v| failover::tasks_to_restart(graph, &self.regions, v, is_available))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let mut actions = Vec::new();
         for &r in &restart {
             actions.extend(self.cancel_execution(r));
@@ -715,5 +722,200 @@ impl JobMaster {
             out[g].push(self.graph.task_name(ev.id));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_scheduler::BatchShuffleMode;
+    use floe_scheduler::job_graph::Partitioner;
+
+    fn seed_job() -> JobMaster {
+        let graph = JobGraph::test()
+            .vertex("source", 4)
+            .vertex("map", 4)
+            .vertex("reduce", 3)
+            .edge("source", "map", Partitioner::Forward)
+            .edge("map", "reduce", Partitioner::Hash)
+            .build()
+            .unwrap()
+            .with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
+        let mut conf = BTreeMap::new();
+        conf.insert(
+            "restart-strategy.fixed-delay.attempts".to_string(),
+            "2".to_string(),
+        );
+        let args = JobArgs {
+            name: "seed".into(),
+            args: Vec::new(),
+            configuration: conf,
+        };
+        JobMaster::new("job".into(), args, graph, "fp".into()).unwrap()
+    }
+
+    fn slots() -> Vec<SlotRef> {
+        (0..2)
+            .flat_map(|tm| {
+                (0..3).map(move |slot| SlotRef {
+                    taskmanager: format!("tm{tm}"),
+                    address: format!("addr{tm}"),
+                    slot,
+                })
+            })
+            .collect()
+    }
+
+    fn deployed(actions: &[Action], job: &JobMaster) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deploy { deployment, .. } => Some(job.graph.task_name(deployment.id.vertex)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn report(job: &mut JobMaster, v: ExecutionVertexId, state: ExecutionState) -> Vec<Action> {
+        let id = job.attempt_id(v);
+        job.on_task_state(&id, state, None, Vec::new(), None)
+    }
+
+    fn finish(job: &mut JobMaster, v: ExecutionVertexId) -> Vec<Action> {
+        report(job, v, ExecutionState::Initializing);
+        report(job, v, ExecutionState::Running);
+        report(job, v, ExecutionState::Finished)
+    }
+
+    fn ev(v: u32, s: u32) -> ExecutionVertexId {
+        ExecutionVertexId::new(v, s)
+    }
+
+    #[test]
+    fn runs_stage_by_stage_to_finished() {
+        let mut job = seed_job();
+        assert_eq!(job.slots_needed(), 4);
+        let err = job.start(&slots()[..3]).unwrap_err();
+        assert_eq!(err.to_string(), "job needs 4 slots but the cluster offers 3");
+        let actions = job.start(&slots()).unwrap();
+        assert_eq!(job.status, JobStatus::Running);
+        assert_eq!(
+            deployed(&actions, &job),
+            ["source#0", "source#1", "source#2", "source#3"]
+        );
+        // Slot 3 is the second TaskManager's first slot (the seed's placement).
+        assert_eq!(job.location[3].as_ref().unwrap().taskmanager, "tm1");
+        assert_eq!(deployed(&finish(&mut job, ev(0, 1)), &job), ["map#1"]);
+        for k in [0, 2, 3] {
+            finish(&mut job, ev(0, k));
+        }
+        for k in 0..3 {
+            assert!(deployed(&finish(&mut job, ev(1, k)), &job).is_empty());
+        }
+        let a = finish(&mut job, ev(1, 3));
+        assert_eq!(deployed(&a, &job), ["reduce#0", "reduce#1", "reduce#2"]);
+        // Reducers read map partition k's subpartition r from map k's TaskManager.
+        let Action::Deploy { deployment, .. } = &a[1] else {
+            panic!("deploy")
+        };
+        assert_eq!(deployment.inputs[0].len(), 4);
+        assert!(deployment.inputs[0].iter().all(|c| c.subpartitions == (1..2)));
+        assert_eq!(deployment.inputs[0][3].address, "addr1");
+        for k in 0..2 {
+            finish(&mut job, ev(2, k));
+        }
+        let end = finish(&mut job, ev(2, 2));
+        assert_eq!(job.status, JobStatus::Finished);
+        assert!(matches!(end.last(), Some(Action::Release { .. })));
+    }
+
+    #[test]
+    fn a_failure_restarts_its_region_and_downstream_then_exhausts_the_strategy() {
+        let mut job = seed_job();
+        job.start(&slots()).unwrap();
+        for k in 0..4 {
+            finish(&mut job, ev(0, k));
+        }
+        report(&mut job, ev(1, 2), ExecutionState::Initializing);
+        let a = report(&mut job, ev(1, 2), ExecutionState::Failed);
+        let restart = a
+            .iter()
+            .find_map(|a| match a {
+                Action::RestartAfter { vertices, .. } => Some(vertices.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let names: Vec<String> = restart.iter().map(|&v| job.graph.task_name(v)).collect();
+        // map#2's input (source#2) is still available; the reducers consume map#2's output.
+        assert_eq!(names, ["map#2", "reduce#0", "reduce#1", "reduce#2"]);
+        // Running maps elsewhere are untouched.
+        assert_eq!(
+            job.graph.execution_vertex(ev(1, 0)).unwrap().current.state,
+            ExecutionState::Deploying
+        );
+        let again = job.restart(&restart);
+        assert_eq!(deployed(&again, &job), ["map#2"]);
+        assert_eq!(job.graph.execution_vertex(ev(1, 2)).unwrap().current.attempt, 1);
+        // A report from the old attempt is ignored.
+        let stale = AttemptId {
+            job_id: "job".into(),
+            vertex: ev(1, 2),
+            attempt: 0,
+        };
+        assert!(
+            job.on_task_state(&stale, ExecutionState::Finished, None, Vec::new(), None)
+                .is_empty()
+        );
+        // Two more failures exhaust 2 attempts: the job fails with the cause.
+        report(&mut job, ev(1, 2), ExecutionState::Failed);
+        job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)]);
+        report(&mut job, ev(1, 2), ExecutionState::Failed);
+        assert_eq!(job.status, JobStatus::Failed);
+        assert!(
+            job.failure
+                .as_deref()
+                .unwrap()
+                .contains("restart strategy exhausted after 2 restarts")
+        );
+    }
+
+    #[test]
+    fn a_lost_taskmanager_fails_its_executions_and_moves_their_slots() {
+        let mut job = seed_job();
+        job.start(&slots()[..4]).unwrap();
+        let spare = vec![SlotRef {
+            taskmanager: "tm2".into(),
+            address: "addr2".into(),
+            slot: 0,
+        }];
+        let a = job.on_taskmanager_lost("tm1", &spare);
+        assert_eq!(
+            job.graph.execution_vertex(ev(0, 3)).unwrap().current.state,
+            ExecutionState::Failed
+        );
+        assert!(a.iter().any(|a| matches!(a, Action::RestartAfter { .. })));
+        assert_eq!(job.slot_of_group[3].taskmanager, "tm2");
+        let again = job.restart(&[ev(0, 3), ev(1, 3)]);
+        assert!(matches!(&again[0], Action::Deploy { address, .. } if address == "addr2"));
+    }
+
+    #[test]
+    fn cancel_ends_canceled_and_restart_config_is_checked() {
+        let mut job = seed_job();
+        job.start(&slots()).unwrap();
+        let a = job.cancel().unwrap();
+        assert_eq!(a.iter().filter(|a| matches!(a, Action::Cancel { .. })).count(), 4);
+        assert_eq!(job.status, JobStatus::Canceled);
+        assert!(job.cancel().is_err(), "a canceled job cannot be cancelled again");
+        let mut conf = BTreeMap::new();
+        conf.insert("restart-strategy.type".to_string(), "exponential".to_string());
+        let err = RestartStrategy::from_configuration(&conf).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid configuration restart-strategy.type")
+        );
+        assert_eq!(parse_duration("1 s"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("soon"), None);
     }
 }

@@ -454,3 +454,96 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         .map_err(|e| Error::Serve(e.to_string()))?
         .map_err(|e| Error::Serve(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taskmanager(dir: &std::path::Path) -> TaskManager {
+        let channel = Channel::from_static("http://127.0.0.1:9").connect_lazy();
+        let shuffle = ShuffleEnvironment::new(ShuffleConfig {
+            data_dir: dir.to_path_buf(),
+            ..ShuffleConfig::default()
+        })
+        .expect("shuffle");
+        TaskManager {
+            inner: Arc::new(Inner {
+                id: "tm-test".into(),
+                jobmanager: JobManagerClient::new(channel),
+                shuffle,
+                registry: JobRegistry::builtin(),
+                jobs: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn deployment(fingerprint: &str) -> pb::TaskDeployment {
+        pb::TaskDeployment {
+            id: Some(pb::ExecutionAttemptId {
+                job_id: "job1".into(),
+                vertex: 0,
+                subtask: 0,
+                attempt: 0,
+            }),
+            job_name: "wordcount".into(),
+            args: ["--input", "/nonexistent/in", "--output", "/nonexistent/out"]
+                .map(String::from)
+                .to_vec(),
+            configuration: [("execution.runtime-mode".to_string(), "BATCH".to_string())]
+                .into_iter()
+                .collect(),
+            graph_fingerprint: fingerprint.into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_a_task_whose_graph_differs_from_the_jobmanagers() {
+        let dir = std::env::temp_dir().join(format!("floe-tm-test-{}", std::process::id()));
+        let tm = taskmanager(&dir);
+        let status = tm
+            .start_task(deployment("not-the-same-graph"))
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            status
+                .message()
+                .starts_with("graph fingerprint mismatch for job 'wordcount'"),
+            "{}",
+            status.message()
+        );
+        // The same deployment with the fingerprint the registry gives passes that check (and then
+        // fails on the missing outputs, which is the next thing checked).
+        let args = JobArgs {
+            name: "wordcount".into(),
+            args: deployment("").args,
+            configuration: deployment("").configuration.into_iter().collect(),
+        };
+        let right = JobRegistry::builtin().build(&args).expect("builds").fingerprint();
+        let status = tm.start_task(deployment(&right)).expect_err("no outputs given");
+        assert_ne!(
+            status.code(),
+            tonic::Code::FailedPrecondition,
+            "{}",
+            status.message()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn unknown_job_names_the_registered_ones() {
+        let dir = std::env::temp_dir().join(format!("floe-tm-test2-{}", std::process::id()));
+        let tm = taskmanager(&dir);
+        let mut d = deployment("x");
+        d.job_name = "nope".into();
+        let status = tm.start_task(d).expect_err("unknown job");
+        assert!(
+            status.message().contains("nope") && status.message().contains("wordcount"),
+            "{}",
+            status.message()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,116 @@
+//! `floe run` never leaves a child process behind: not after Ctrl-C (SIGINT), and not when it is
+//! killed outright (SIGKILL: the children see their stdin pipe close and exit).
+
+#![allow(clippy::unwrap_used)] // test code: a panic is the failure report
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Direct children of a process, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((_, after)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse::<u32>().ok())
+            == Some(pid)
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Alive and not a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .map(|(_, a)| a.split_whitespace().next() != Some("Z"))
+                .unwrap_or(false)
+        })
+        .unwrap_or(false)
+}
+
+/// Starts an unbounded streaming job under `floe run` and waits until it is submitted.
+fn start_unbounded(name: &str) -> (Child, Vec<u32>) {
+    let dir = scratch(name);
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: forever }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"0\", \"--rate\", \"100\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 2, slots: 1 }}\n",
+            dir.join("out").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(FLOE)
+        .args(["run", "-f"])
+        .arg(&manifest)
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("Submitted job") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "floe run ended before submitting"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let kids = children(child.id());
+    assert_eq!(kids.len(), 3, "a JobManager and two TaskManagers");
+    assert!(kids.iter().all(|&k| alive(k)));
+    (child, kids)
+}
+
+fn wait_gone(pids: &[u32]) {
+    let start = Instant::now();
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "children still running: {pids:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ctrl_c_stops_every_child() {
+    let (mut child, kids) = start_unbounded("sigint");
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    wait_gone(&kids);
+}
+
+#[test]
+fn sigkill_of_floe_run_still_stops_every_child() {
+    let (mut child, kids) = start_unbounded("sigkill");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_gone(&kids);
+}
