@@ -3,6 +3,9 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=floe.proto");
     let descriptors = protox::compile(["floe.proto"], ["."])?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    // `bytes` fields as `Bytes`: shuffle buffers pass through without a copy.
+    tonic_prost_build::configure()
+        .bytes(".")
+        .compile_fds(descriptors)?;
     Ok(())
 }

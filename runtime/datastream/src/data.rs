@@ -54,7 +54,7 @@ impl Data for u64 {
         get_varint(input)
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        let _ = write!(out, "{self}");
+        out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
     }
 }
 
@@ -66,7 +66,7 @@ impl Data for u32 {
         u32::try_from(get_varint(input)?).map_err(|_| Error::Decode("u32 out of range".into()))
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        let _ = write!(out, "{self}");
+        out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
     }
 }
 
@@ -79,7 +79,7 @@ impl Data for i64 {
         Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        let _ = write!(out, "{self}");
+        out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
     }
 }
 

@@ -194,7 +194,7 @@ impl Stream {
                 end_of_partition,
             } = message;
             if !data.is_empty() {
-                let buffer = TrackedBuffer::new(Bytes::from(data), self.shared.memory.clone(), None);
+                let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
                 if events.send(Event::Buffer(self.index, buffer)).is_err() {
                     return Ok(());
                 }

@@ -74,14 +74,14 @@ impl ReadState {
                 self.credit -= 1;
                 // Zero-copy when the writer's buffer is uniquely owned and Vec-backed.
                 Ok(ShuffleBuffer {
-                    data: Vec::from(data),
+                    data,
                     end_of_partition: false,
                 })
             }
             Ok(ReadItem::End) => {
                 self.done = true;
                 Ok(ShuffleBuffer {
-                    data: Vec::new(),
+                    data: bytes::Bytes::new(),
                     end_of_partition: true,
                 })
             }
