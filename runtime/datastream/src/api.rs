@@ -19,7 +19,7 @@ use crate::io::{
 };
 use crate::operators::{
     AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, MapOp, OpContext, OpFactory,
-    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, downcast, erase,
+    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSum, downcast, erase,
 };
 use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
 
@@ -739,6 +739,19 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<(A, N), K> {
     /// Sums the second field per key, keeping the first (Flink's `sum(1)` on a `Tuple2`).
     pub fn sum(&self) -> DataStream<(A, N)> {
-        self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1))
+        if self.stream.mode() == RuntimeMode::Batch {
+            return self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1));
+        }
+        let key = self.key.clone();
+        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            Ok(erase::<(A, N)>(Box::new(StreamingSum {
+                key: key.clone(),
+                state: KeyMap::default(),
+                down: downcast::<(A, N)>(down)?,
+            })))
+        });
+        let input = self.hash_input(self.stream.node);
+        self.stream
+            .add_operator("reduce", "Sum", Par::Default, input, factory)
     }
 }

@@ -192,6 +192,43 @@ where
     forward_control!();
 }
 
+/// STREAMING keyed sum of `(A, N)` records: state is only the running sum per key, and the emitted
+/// record reuses the input's first field, so no record is cloned (a generic reduce must clone the
+/// whole value it keeps and emits).
+pub(crate) struct StreamingSum<A, N, K> {
+    pub key: KeyFn<(A, N), K>,
+    pub state: KeyMap<K, Option<N>>,
+    pub down: BoxOp<(A, N)>,
+}
+
+impl<A, N, K> Collector<(A, N)> for StreamingSum<A, N, K>
+where
+    A: Data,
+    N: Data + std::ops::Add<Output = N>,
+    K: Data + Hash + Eq,
+{
+    fn collect(&mut self, record: (A, N)) {
+        let key = (self.key)(&record);
+        let (first, n) = record;
+        let slot = self.state.entry(key).or_insert(None);
+        let total = match slot.take() {
+            Some(acc) => acc + n,
+            None => n,
+        };
+        *slot = Some(total.clone());
+        self.down.collect((first, total));
+    }
+}
+
+impl<A, N, K> Op<(A, N)> for StreamingSum<A, N, K>
+where
+    A: Data,
+    N: Data + std::ops::Add<Output = N>,
+    K: Data + Hash + Eq,
+{
+    forward_control!();
+}
+
 /// BATCH keyed reduce: all input is kept, sorted by key at end of input and reduced one key at a
 /// time; one result per key.
 pub(crate) struct SortedReduce<T, K, F> {
