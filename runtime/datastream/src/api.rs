@@ -289,7 +289,7 @@ impl StreamExecutionEnvironment {
                 chunk: io::DEFAULT_READ_CHUNK,
                 reader: None,
             };
-            source_head(source, chain)
+            source_head(ctx, source, chain)
         });
         self.add_source("source", "Source: Text".into(), Par::Default, factory)
     }
@@ -313,7 +313,7 @@ impl StreamExecutionEnvironment {
                 started: None,
                 vocabulary: io::generator_vocabulary(),
             };
-            source_head(source, chain)
+            source_head(ctx, source, chain)
         });
         self.add_source("source", "Source: Data Generator".into(), Par::Default, factory)
     }
@@ -327,7 +327,7 @@ impl StreamExecutionEnvironment {
                 next: from + (n * s / p) as u64,
                 end: from + (n * (s + 1) / p) as u64,
             };
-            source_head(source, chain)
+            source_head(ctx, source, chain)
         });
         self.add_source("source", "Source: Sequence".into(), Par::Default, factory)
     }
@@ -335,8 +335,9 @@ impl StreamExecutionEnvironment {
     /// The given elements, from one subtask (as Flink's `fromCollection`).
     pub fn from_collection<T: Data>(&self, items: Vec<T>) -> DataStream<T> {
         let items = Arc::new(items);
-        let factory: SourceFactory = Arc::new(move |_: &OpContext, chain: AnyOp| {
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
             source_head(
+                ctx,
                 CollectionSource {
                     items: items.clone(),
                     next: 0,
@@ -348,10 +349,19 @@ impl StreamExecutionEnvironment {
     }
 }
 
-fn source_head<T: Data, S: io::Source<T> + 'static>(source: S, chain: AnyOp) -> Result<Box<dyn Head>> {
+fn source_head<T: Data, S: io::Source<T> + 'static>(
+    ctx: &OpContext,
+    source: S,
+    chain: AnyOp,
+) -> Result<Box<dyn Head>> {
+    let counted = crate::operators::CountIn {
+        down: downcast::<T>(chain)?,
+        count: 0,
+        metrics: ctx.metrics.clone(),
+    };
     Ok(Box::new(SourceHead {
         source,
-        chain: downcast::<T>(chain)?,
+        chain: Box::new(counted),
     }))
 }
 

@@ -274,6 +274,7 @@ impl BuiltJob {
             parallelism: ctx.parallelism,
             attempt: ctx.attempt,
             configuration: ctx.configuration.clone(),
+            metrics: ctx.metrics.clone(),
         };
         let (flush_each_record, flush_interval) = match ctx.buffer_timeout {
             Some(t) if t.is_zero() => (true, None),

@@ -75,6 +75,8 @@ pub(crate) struct OpContext {
     pub parallelism: u32,
     pub attempt: u32,
     pub configuration: std::collections::BTreeMap<String, String>,
+    /// The task's counters (sources count the records they read as records in).
+    pub metrics: Arc<crate::task::TaskMetrics>,
 }
 
 /// Builds one operator in front of the (already built) rest of its chain.
@@ -92,6 +94,30 @@ macro_rules! forward_control {
             self.down.drain(flush, out)
         }
     };
+}
+
+/// Counts the records a source emits into its chain as the task's records in (what it read).
+pub(crate) struct CountIn<T> {
+    pub down: BoxOp<T>,
+    pub count: u64,
+    pub metrics: Arc<crate::task::TaskMetrics>,
+}
+
+impl<T: Data> Collector<T> for CountIn<T> {
+    fn collect(&mut self, record: T) {
+        self.count += 1;
+        self.down.collect(record);
+    }
+}
+
+impl<T: Data> Op<T> for CountIn<T> {
+    fn finish(&mut self) {
+        self.down.finish()
+    }
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.metrics.add_in(std::mem::take(&mut self.count));
+        self.down.drain(flush, out)
+    }
 }
 
 pub(crate) struct MapOp<I, O, F> {

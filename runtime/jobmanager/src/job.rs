@@ -247,25 +247,10 @@ impl JobMaster {
         (self.graph.task_count(), finished)
     }
 
-    /// Records processed so far, over all attempts: what sources emitted plus what every other
-    /// subtask read.
+    /// Records processed so far, over all attempts: what every subtask read (sources count the
+    /// records they read from outside).
     pub fn records_processed(&self) -> u64 {
-        self.finished_records
-            + self
-                .counters
-                .iter()
-                .enumerate()
-                .map(|(g, c)| self.processed(g, c))
-                .sum::<u64>()
-    }
-
-    fn processed(&self, global: usize, c: &TaskCounters) -> u64 {
-        let vertex = self.graph.vertex_at(global).vertex;
-        if self.graph.job_graph().inputs(vertex).is_empty() {
-            c.records_out
-        } else {
-            c.records_in
-        }
+        self.finished_records + self.counters.iter().map(|c| c.records_in).sum::<u64>()
     }
 
     fn attempt_id(&self, v: ExecutionVertexId) -> AttemptId {
@@ -542,7 +527,7 @@ impl JobMaster {
         for &v in failed {
             let _ = self.graph.transition(v, ExecutionState::Failed);
             let global = self.graph.global_index(v);
-            self.finished_records += self.processed(global, &self.counters[global]);
+            self.finished_records += self.counters[global].records_in;
             self.counters[global] = TaskCounters::default();
         }
         if self.status != JobStatus::Running {
@@ -622,7 +607,7 @@ impl JobMaster {
             }
         }
         let _ = self.graph.transition(v, ExecutionState::Canceled);
-        self.finished_records += self.processed(global, &self.counters[global]);
+        self.finished_records += self.counters[global].records_in;
         self.counters[global] = TaskCounters::default();
         actions
     }
