@@ -18,8 +18,8 @@ use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, MapOp, OpContext, OpFactory,
-    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSum, downcast, erase,
+    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, KeyRefFn, MapOp, OpContext,
+    OpFactory, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSum, downcast, erase,
 };
 use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
 
@@ -489,6 +489,24 @@ impl<T: Data> DataStream<T> {
         KeyedStream {
             stream: self.clone(),
             key: Arc::new(key),
+            key_ref: None,
+        }
+    }
+
+    /// `key_by` with a selector that borrows the key from the record (`|p: &(String, u64)| &p.0`),
+    /// like Java's `value -> value.f0`: routing and keyed state then copy no key per record, only
+    /// each new key once.
+    pub fn key_by_ref<K, F>(&self, key: F) -> KeyedStream<T, K>
+    where
+        K: Data + Hash + Eq + Ord,
+        F: for<'a> Fn(&'a T) -> &'a K + Send + Sync + 'static,
+    {
+        let by_ref: KeyRefFn<T, K> = Arc::new(key);
+        let owned = by_ref.clone();
+        KeyedStream {
+            stream: self.clone(),
+            key: Arc::new(move |t: &T| owned(t).clone()),
+            key_ref: Some(by_ref),
         }
     }
 
@@ -624,6 +642,9 @@ impl DataStreamSink {
 pub struct KeyedStream<T, K> {
     stream: DataStream<T>,
     key: KeyFn<T, K>,
+    /// Set by [`DataStream::key_by_ref`]: routing and keyed state then look keys up by reference and
+    /// copy a key only when it is new.
+    key_ref: Option<KeyRefFn<T, K>>,
 }
 
 impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
@@ -636,8 +657,13 @@ impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
 
 impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
     fn hash_input(&self, node: usize) -> NodeInput {
-        let key = self.key.clone();
-        let hasher: KeyHasher<T> = Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash(&key(r), scratch));
+        let hasher: KeyHasher<T> = match self.key_ref.clone() {
+            Some(key) => Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash(key(r), scratch)),
+            None => {
+                let key = self.key.clone();
+                Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash(&key(r), scratch))
+            }
+        };
         NodeInput {
             node,
             partitioner: Some(Partitioner::Hash),
@@ -669,10 +695,11 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                     .add_operator("reduce", name, Par::Default, input, factory)
             }
             RuntimeMode::Batch => {
-                let (ck, cf) = (key.clone(), f.clone());
+                let (ck, cf, ckr) = (key.clone(), f.clone(), self.key_ref.clone());
                 let combine: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
                     Ok(erase::<T>(Box::new(Combiner {
                         key: ck.clone(),
+                        key_ref: ckr.clone(),
                         f: cf.clone(),
                         state: KeyMap::default(),
                         down: downcast::<T>(down)?,
@@ -752,10 +779,11 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
         if self.stream.mode() == RuntimeMode::Batch {
             return self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1));
         }
-        let key = self.key.clone();
+        let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
         let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
             Ok(erase::<(A, N)>(Box::new(StreamingSum {
                 key: key.clone(),
+                key_ref: key_ref.clone(),
                 state: KeyMap::default(),
                 down: downcast::<(A, N)>(down)?,
             })))

@@ -157,7 +157,7 @@ pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Resul
             tokenize(&line, |w| out.collect((w.to_string(), 1)))
         })
         .name("Tokenizer")
-        .key_by(|p: &(String, u64)| p.0.clone())
+        .key_by_ref(|p: &(String, u64)| &p.0)
         .sum()
         .sink_to_file(&args["output"]);
     Ok(())

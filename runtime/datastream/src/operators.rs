@@ -85,6 +85,9 @@ pub(crate) type OpFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<AnyOp> + Sen
 /// The key of a record, as a key selector gives it.
 pub(crate) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
 
+/// A key selector that borrows the key from the record.
+pub(crate) type KeyRefFn<T, K> = Arc<dyn for<'a> Fn(&'a T) -> &'a K + Send + Sync>;
+
 macro_rules! forward_control {
     () => {
         fn finish(&mut self) {
@@ -223,6 +226,7 @@ where
 /// whole value it keeps and emits).
 pub(crate) struct StreamingSum<A, N, K> {
     pub key: KeyFn<(A, N), K>,
+    pub key_ref: Option<KeyRefFn<(A, N), K>>,
     pub state: KeyMap<K, Option<N>>,
     pub down: BoxOp<(A, N)>,
 }
@@ -234,6 +238,16 @@ where
     K: Data + Hash + Eq,
 {
     fn collect(&mut self, record: (A, N)) {
+        if let Some(slot) = self.key_ref.as_ref().and_then(|k| self.state.get_mut(k(&record))) {
+            let (first, n) = record;
+            let total = match slot.take() {
+                Some(acc) => acc + n,
+                None => n,
+            };
+            *slot = Some(total.clone());
+            self.down.collect((first, total));
+            return;
+        }
         let key = (self.key)(&record);
         let (first, n) = record;
         let slot = self.state.entry(key).or_insert(None);
@@ -313,6 +327,7 @@ pub(crate) const COMBINER_MAX_KEYS: usize = 1 << 16;
 /// aggregates per key in a bounded map, flushed when large and at end of input.
 pub(crate) struct Combiner<T, K, F> {
     pub key: KeyFn<T, K>,
+    pub key_ref: Option<KeyRefFn<T, K>>,
     pub f: Arc<F>,
     /// `None` only for the instant a value is being combined (one hash lookup per record).
     pub state: KeyMap<K, Option<T>>,
@@ -326,6 +341,13 @@ where
     F: Fn(T, T) -> T + Send + Sync + 'static,
 {
     fn collect(&mut self, record: T) {
+        if let Some(slot) = self.key_ref.as_ref().and_then(|k| self.state.get_mut(k(&record))) {
+            *slot = Some(match slot.take() {
+                Some(acc) => (self.f)(acc, record),
+                None => record,
+            });
+            return;
+        }
         let key = (self.key)(&record);
         if self.state.len() >= COMBINER_MAX_KEYS && !self.state.contains_key(&key) {
             self.flush();
@@ -484,6 +506,7 @@ pub(crate) mod tests {
         };
         let mut combiner = Combiner {
             key,
+            key_ref: None,
             f,
             state: KeyMap::default(),
             down: Box::new(reduce) as BoxOp<(String, u64)>,
