@@ -24,6 +24,9 @@ pub(crate) struct Shared {
     pub(crate) partitions: Mutex<HashMap<ResultPartitionId, Partition>>,
     /// One HTTP/2 connection per peer TaskManager, multiplexing all streams to it.
     pub(crate) channels: Mutex<HashMap<String, Channel>>,
+    /// The address this TaskManager serves the Shuffle service on, once known: channels from it are
+    /// read in process (same credits, no gRPC hop).
+    pub(crate) local_address: Mutex<Option<String>>,
 }
 
 /// The shuffle of one TaskManager: creates [`PartitionWriter`]s and [`InputGate`]s for its tasks and
@@ -51,6 +54,7 @@ impl ShuffleEnvironment {
                 memory: Arc::new(MemoryCounter::default()),
                 partitions: Mutex::new(HashMap::new()),
                 channels: Mutex::new(HashMap::new()),
+                local_address: Mutex::new(None),
             }),
         })
     }
@@ -138,6 +142,12 @@ impl ShuffleEnvironment {
 
     /// Bytes held right now in pipelined producer queues and in consumer-side buffers received but
     /// not yet handed to a task. See [`ShuffleConfig`] for the bound.
+    /// Tells the environment the host:port its [`ShuffleEnvironment::service`] is reachable at, so
+    /// gates read partitions of this TaskManager in process rather than over loopback gRPC.
+    pub fn set_local_address(&self, address: &str) {
+        *lock(&self.shared.local_address) = Some(address.to_string());
+    }
+
     pub fn buffered_bytes(&self) -> u64 {
         self.shared.memory.current()
     }

@@ -77,6 +77,7 @@ impl RemoteInputGate {
         let (tx, events) = mpsc::unbounded_channel();
         let mut tasks = JoinSet::new();
         let mut streams = 0;
+        let local = lock(&self.shared.local_address).clone();
         for spec in &self.channels {
             for subpartition in spec.subpartitions.clone() {
                 let stream = Stream {
@@ -86,7 +87,11 @@ impl RemoteInputGate {
                     subpartition,
                     index: streams,
                 };
-                tasks.spawn(stream.run(tx.clone()));
+                if local.as_deref() == Some(spec.address.as_str()) {
+                    tasks.spawn(stream.run_local(tx.clone()));
+                } else {
+                    tasks.spawn(stream.run(tx.clone()));
+                }
                 streams += 1;
             }
         }
@@ -172,6 +177,63 @@ impl Stream {
         if let Err(error) = self.read(&events).await {
             tracing::debug!(%error, "shuffle input channel failed");
             let _ = events.send(Event::Failed(error));
+        }
+    }
+
+    /// The same protocol as a remote stream (open, then one buffer per credit), for a partition of
+    /// this TaskManager: read from its queue or file in process, without the gRPC hop.
+    async fn run_local(self, events: mpsc::UnboundedSender<Event>) {
+        if let Err(error) = self.read_local(&events).await {
+            tracing::debug!(%error, "local shuffle input channel failed");
+            let _ = events.send(Event::Failed(error));
+        }
+    }
+
+    async fn read_local(&self, events: &mpsc::UnboundedSender<Event>) -> Result<()> {
+        use crate::partition::ReadItem;
+        let config = &self.shared.config;
+        let deadline = Instant::now() + config.request_timeout;
+        let mut backoff = config.request_backoff_initial;
+        // Pipelined consumers may start before their producer registered the partition.
+        let partition = loop {
+            if let Some(p) = lock(&self.shared.partitions).get(&self.partition).cloned() {
+                break p;
+            }
+            if Instant::now() + backoff > deadline {
+                return Err(Error::PartitionNotFound(self.partition.to_string()));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(config.request_backoff_max);
+        };
+        let mut reader = partition.open_reader(self.subpartition)?;
+        let (credit_tx, mut credit_rx) = mpsc::unbounded_channel::<ReadRequest>();
+        if events.send(Event::Opened(self.index, credit_tx)).is_err() {
+            return Ok(());
+        }
+        let mut credit = u64::from(config.buffers_per_channel.max(1));
+        loop {
+            while credit == 0 {
+                match credit_rx.recv().await {
+                    Some(ReadRequest {
+                        kind: Some(Kind::Credit(n)),
+                    }) => credit += u64::from(n),
+                    Some(_) => {}
+                    None => return Ok(()), // the gate is gone
+                }
+            }
+            match reader.next().await? {
+                ReadItem::Data(data) => {
+                    credit -= 1;
+                    let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
+                    if events.send(Event::Buffer(self.index, buffer)).is_err() {
+                        return Ok(());
+                    }
+                }
+                ReadItem::End => {
+                    let _ = events.send(Event::End(self.index));
+                    return Ok(());
+                }
+            }
         }
     }
 

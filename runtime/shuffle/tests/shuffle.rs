@@ -161,6 +161,42 @@ async fn pipelined_delivers_every_byte_in_order_even_to_consumers_that_start_fir
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taskmanagers_own_partitions_are_read_in_process_with_the_same_guarantees() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = environment(&dir, |_| {});
+    // No server runs: if the gate went over gRPC it could not connect. The address only has to
+    // match the one the environment was told is its own.
+    let address = "127.0.0.1:1".to_string();
+    env.set_local_address(&address);
+    let id = partition_id("job-local", 0, 0);
+    let max = env.config().buffer_size;
+    let lens: Vec<Vec<usize>> = (0..2).map(|s| lengths(200, max, s + 10)).collect();
+    // Started before the partition exists, and slow: the producer must wait for it.
+    let mut gate = env.create_input_gate(vec![spec(&id, &address, 0..2)]);
+    let reader = tokio::spawn(async move { drain(gate.as_mut(), Duration::from_millis(1), || {}).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut writer = env
+        .create_writer(id.clone(), 2, PartitionKind::Pipelined)
+        .unwrap();
+    for seq in 0..200 {
+        for (subpartition, lens) in lens.iter().enumerate() {
+            let data = payload(subpartition as u32, seq, lens[seq as usize]);
+            writer.emit(subpartition as u32, data).await.unwrap();
+        }
+    }
+    let stats = writer.finish().await.unwrap();
+    let got = reader.await.unwrap();
+    assert_eq!(vec![got[&0], got[&1]], stats.bytes_per_subpartition);
+    // Producer queues (2 subpartitions) plus consumer credit (2 streams), as over the network.
+    assert!(
+        env.peak_buffered_bytes() <= env.config().memory_bound(2, 2),
+        "{}",
+        env.peak_buffered_bytes()
+    );
+    assert_eq!(env.buffered_bytes(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_consumer_backpressures_the_producer_within_the_memory_bound() {
     let (producer_dir, consumer_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let small = |c: &mut ShuffleConfig| {

@@ -385,6 +385,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         data_dir: config.data_dir.clone(),
         ..ShuffleConfig::default()
     })?;
+    shuffle.set_local_address(&address);
     let jobmanager = connect(&config.jobmanager, config.registration_timeout).await?;
     let tm = TaskManager {
         inner: Arc::new(Inner {
