@@ -469,10 +469,12 @@ impl<T: Data> Collector<T> for SinkOp<T> {
         self.buffer.push(b'\n');
         self.count += 1;
         if self.threshold > 0 && self.buffer.len() >= self.threshold {
+            // The next buffer starts at full size: growing it by doubling copied every byte again.
+            let next = Vec::with_capacity(self.threshold + 256);
             self.pending.push(Chunk {
                 target: Target::Sink,
                 subpartition: 0,
-                bytes: Bytes::from(std::mem::take(&mut self.buffer)),
+                bytes: Bytes::from(std::mem::replace(&mut self.buffer, next)),
             });
         }
     }
