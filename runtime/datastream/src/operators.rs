@@ -185,6 +185,16 @@ where
     forward_control!();
 }
 
+/// Folds `value` into a keyed-state slot with `f` and returns the result in place; the slot is
+/// `None` only for a key seen for the first time.
+fn fold_into<T>(slot: &mut Option<T>, value: T, f: impl FnOnce(T, T) -> T) -> &mut T {
+    let folded = match slot.take() {
+        Some(acc) => f(acc, value),
+        None => value,
+    };
+    slot.insert(folded)
+}
+
 /// STREAMING keyed reduce: state in a HashMap, the updated value emitted for every record.
 pub(crate) struct StreamingReduce<T, K, F> {
     pub key: KeyFn<T, K>,
@@ -203,12 +213,8 @@ where
     fn collect(&mut self, record: T) {
         let key = (self.key)(&record);
         let slot = self.state.entry(key).or_insert(None);
-        let value = match slot.take() {
-            Some(acc) => (self.f)(acc, record),
-            None => record,
-        };
+        let value = fold_into(slot, record, |a, b| (self.f)(a, b));
         self.down.collect(value.clone());
-        *slot = Some(value);
     }
 }
 
@@ -240,22 +246,14 @@ where
     fn collect(&mut self, record: (A, N)) {
         if let Some(slot) = self.key_ref.as_ref().and_then(|k| self.state.get_mut(k(&record))) {
             let (first, n) = record;
-            let total = match slot.take() {
-                Some(acc) => acc + n,
-                None => n,
-            };
-            *slot = Some(total.clone());
+            let total = fold_into(slot, n, |a, b| a + b).clone();
             self.down.collect((first, total));
             return;
         }
         let key = (self.key)(&record);
         let (first, n) = record;
         let slot = self.state.entry(key).or_insert(None);
-        let total = match slot.take() {
-            Some(acc) => acc + n,
-            None => n,
-        };
-        *slot = Some(total.clone());
+        let total = fold_into(slot, n, |a, b| a + b).clone();
         self.down.collect((first, total));
     }
 }
@@ -342,10 +340,7 @@ where
 {
     fn collect(&mut self, record: T) {
         if let Some(slot) = self.key_ref.as_ref().and_then(|k| self.state.get_mut(k(&record))) {
-            *slot = Some(match slot.take() {
-                Some(acc) => (self.f)(acc, record),
-                None => record,
-            });
+            fold_into(slot, record, |a, b| (self.f)(a, b));
             return;
         }
         let key = (self.key)(&record);
@@ -353,10 +348,7 @@ where
             self.flush();
         }
         let slot = self.state.entry(key).or_insert(None);
-        *slot = Some(match slot.take() {
-            Some(acc) => (self.f)(acc, record),
-            None => record,
-        });
+        fold_into(slot, record, |a, b| (self.f)(a, b));
     }
 }
 
