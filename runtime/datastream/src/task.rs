@@ -245,67 +245,106 @@ fn append(
     }
 }
 
+/// `append` for a record not yet encoded: encodes it straight into its subpartition's buffer (no
+/// scratch copy). A record that overflows a non-empty buffer moves to the start of the next one, so
+/// buffers hold whole records exactly as with `append`.
+#[allow(clippy::too_many_arguments)]
+fn encode_into<T: Data>(
+    record: &T,
+    buffers: &mut [Vec<u8>],
+    index: usize,
+    subpartition: u32,
+    size: usize,
+    flush_each_record: bool,
+    pending: &mut Vec<Chunk>,
+) {
+    let buf = &mut buffers[subpartition as usize];
+    if buf.capacity() == 0 {
+        buf.reserve(size);
+    }
+    let start = buf.len();
+    record.encode(buf);
+    if start > 0 && buf.len() > size {
+        let mut next = Vec::with_capacity(size.max(buf.len() - start));
+        next.extend_from_slice(&buf[start..]);
+        buf.truncate(start);
+        pending.push(Chunk {
+            target: Target::Output(index),
+            subpartition,
+            bytes: Bytes::from(std::mem::replace(buf, next)),
+        });
+    }
+    if flush_each_record || buf.len() >= size {
+        pending.push(Chunk {
+            target: Target::Output(index),
+            subpartition,
+            bytes: Bytes::from(std::mem::take(buf)),
+        });
+    }
+}
+
+impl<T: Data> RecordWriter<T> {
+    /// The one subpartition a record goes to, for every router but broadcast.
+    fn route(router: &mut Router<T>, record: &T, key_scratch: &mut Vec<u8>) -> Option<u32> {
+        match router {
+            Router::Fixed(sp) => Some(*sp),
+            Router::RoundRobin { next, start, len } => {
+                let sp = *start + *next;
+                *next = (*next + 1) % *len;
+                Some(sp)
+            }
+            Router::Broadcast(_) => None,
+            Router::Hash {
+                key,
+                max_parallelism,
+                parallelism,
+            } => {
+                let kg = key_group_for_hash(key(record, key_scratch), *max_parallelism);
+                Some(operator_index_for_key_group(*max_parallelism, *parallelism, kg))
+            }
+        }
+    }
+}
+
 impl<T: Data> Collector<T> for RecordWriter<T> {
     fn collect(&mut self, record: T) {
-        self.scratch.clear();
-        record.encode(&mut self.scratch);
         self.count += 1;
         let (size, each) = (self.buffer_size, self.flush_each_record);
+        // The common case, one output and one target: no intermediate copy of the record.
+        if let [out] = self.outputs.as_mut_slice()
+            && let Some(sp) = Self::route(&mut out.router, &record, &mut self.key_scratch)
+        {
+            encode_into(
+                &record,
+                &mut out.buffers,
+                out.index,
+                sp,
+                size,
+                each,
+                &mut self.pending,
+            );
+            return;
+        }
+        self.scratch.clear();
+        record.encode(&mut self.scratch);
         for out in &mut self.outputs {
-            match &mut out.router {
-                Router::Fixed(sp) => append(
+            let targets = match Self::route(&mut out.router, &record, &mut self.key_scratch) {
+                Some(sp) => sp..sp + 1,
+                None => match out.router {
+                    Router::Broadcast(n) => 0..n,
+                    _ => 0..0,
+                },
+            };
+            for sp in targets {
+                append(
                     &mut out.buffers,
                     out.index,
-                    *sp,
+                    sp,
                     &self.scratch,
                     size,
                     each,
                     &mut self.pending,
-                ),
-                Router::RoundRobin { next, start, len } => {
-                    let sp = *start + *next;
-                    *next = (*next + 1) % *len;
-                    append(
-                        &mut out.buffers,
-                        out.index,
-                        sp,
-                        &self.scratch,
-                        size,
-                        each,
-                        &mut self.pending,
-                    )
-                }
-                Router::Broadcast(n) => {
-                    for sp in 0..*n {
-                        append(
-                            &mut out.buffers,
-                            out.index,
-                            sp,
-                            &self.scratch,
-                            size,
-                            each,
-                            &mut self.pending,
-                        )
-                    }
-                }
-                Router::Hash {
-                    key,
-                    max_parallelism,
-                    parallelism,
-                } => {
-                    let hash = key(&record, &mut self.key_scratch);
-                    let kg = key_group_for_hash(hash, *max_parallelism);
-                    let sp = operator_index_for_key_group(*max_parallelism, *parallelism, kg);
-                    append(
-                        &mut out.buffers,
-                        out.index,
-                        sp,
-                        &self.scratch,
-                        size,
-                        each,
-                        &mut self.pending,
-                    )
-                }
+                );
             }
         }
     }
