@@ -213,73 +213,40 @@ impl<T: Data> RecordWriter<T> {
     }
 }
 
+/// Writes one record into a subpartition's buffer with `write` and ships full buffers to `pending`.
+/// A record that overflows a non-empty buffer moves to the start of the next one, so every shipped
+/// buffer holds whole records and at most `size` bytes unless one record alone is larger.
 #[allow(clippy::too_many_arguments)]
-fn append(
-    buffers: &mut [Vec<u8>],
-    index: usize,
-    subpartition: u32,
-    record: &[u8],
-    size: usize,
-    flush_each_record: bool,
-    pending: &mut Vec<Chunk>,
-) {
-    let buf = &mut buffers[subpartition as usize];
-    if !buf.is_empty() && buf.len() + record.len() > size {
-        let full = std::mem::replace(buf, Vec::with_capacity(size));
-        pending.push(Chunk {
-            target: Target::Output(index),
-            subpartition,
-            bytes: Bytes::from(full),
-        });
-    }
-    if buf.capacity() == 0 {
-        buf.reserve(size.max(record.len()));
-    }
-    buf.extend_from_slice(record);
-    if flush_each_record || buf.len() >= size {
-        pending.push(Chunk {
-            target: Target::Output(index),
-            subpartition,
-            bytes: Bytes::from(std::mem::take(buf)),
-        });
-    }
-}
-
-/// `append` for a record not yet encoded: encodes it straight into its subpartition's buffer (no
-/// scratch copy). A record that overflows a non-empty buffer moves to the start of the next one, so
-/// buffers hold whole records exactly as with `append`.
-#[allow(clippy::too_many_arguments)]
-fn encode_into<T: Data>(
-    record: &T,
+fn write_record(
     buffers: &mut [Vec<u8>],
     index: usize,
     subpartition: u32,
     size: usize,
     flush_each_record: bool,
     pending: &mut Vec<Chunk>,
+    write: impl FnOnce(&mut Vec<u8>),
 ) {
+    let mut ship = |bytes: Vec<u8>| {
+        pending.push(Chunk {
+            target: Target::Output(index),
+            subpartition,
+            bytes: Bytes::from(bytes),
+        })
+    };
     let buf = &mut buffers[subpartition as usize];
     if buf.capacity() == 0 {
         buf.reserve(size);
     }
     let start = buf.len();
-    record.encode(buf);
+    write(buf);
     if start > 0 && buf.len() > size {
         let mut next = Vec::with_capacity(size.max(buf.len() - start));
         next.extend_from_slice(&buf[start..]);
         buf.truncate(start);
-        pending.push(Chunk {
-            target: Target::Output(index),
-            subpartition,
-            bytes: Bytes::from(std::mem::replace(buf, next)),
-        });
+        ship(std::mem::replace(buf, next));
     }
     if flush_each_record || buf.len() >= size {
-        pending.push(Chunk {
-            target: Target::Output(index),
-            subpartition,
-            bytes: Bytes::from(std::mem::take(buf)),
-        });
+        ship(std::mem::take(buf));
     }
 }
 
@@ -314,14 +281,15 @@ impl<T: Data> Collector<T> for RecordWriter<T> {
         if let [out] = self.outputs.as_mut_slice()
             && let Some(sp) = Self::route(&mut out.router, &record, &mut self.key_scratch)
         {
-            encode_into(
-                &record,
+            let encode = |b: &mut Vec<u8>| record.encode(b);
+            write_record(
                 &mut out.buffers,
                 out.index,
                 sp,
                 size,
                 each,
                 &mut self.pending,
+                encode,
             );
             return;
         }
@@ -335,15 +303,17 @@ impl<T: Data> Collector<T> for RecordWriter<T> {
                     _ => 0..0,
                 },
             };
+            let encoded = self.scratch.as_slice();
             for sp in targets {
-                append(
+                let copy = |b: &mut Vec<u8>| b.extend_from_slice(encoded);
+                write_record(
                     &mut out.buffers,
                     out.index,
                     sp,
-                    &self.scratch,
                     size,
                     each,
                     &mut self.pending,
+                    copy,
                 );
             }
         }
