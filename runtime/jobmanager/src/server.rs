@@ -238,19 +238,27 @@ impl JobManager {
                 } => {
                     tokio::spawn(async move {
                         let id = deployment.id.clone();
+                        // (unreachable, message): a TaskManager that cannot be reached is lost, not
+                        // just this task; waiting for its heartbeat timeout would spend a restart
+                        // on every deployment sent to it meanwhile.
                         let result = match this.client(&address).await {
                             Ok(mut c) => c
                                 .submit_task(to_proto(&deployment))
                                 .await
                                 .map(|_| ())
-                                .map_err(|s| s.message().to_string()),
-                            Err(e) => Err(e),
+                                .map_err(|s| (s.code() == tonic::Code::Unavailable, s.message().to_string())),
+                            Err(e) => Err((true, e)),
                         };
-                        if let Err(message) = result {
-                            let cause = format!(
-                                "deploying to TaskManager {taskmanager} at {address} failed: {message}"
-                            );
-                            this.task_state(&id, ExecutionState::Failed, Some(cause), Vec::new(), None);
+                        match result {
+                            Ok(()) => {}
+                            Err((true, message)) => this
+                                .declare_lost(&taskmanager, &format!("unreachable at {address}: {message}")),
+                            Err((false, message)) => {
+                                let cause = format!(
+                                    "deploying to TaskManager {taskmanager} at {address} failed: {message}"
+                                );
+                                this.task_state(&id, ExecutionState::Failed, Some(cause), Vec::new(), None);
+                            }
                         }
                     });
                 }
@@ -359,29 +367,37 @@ impl JobManager {
     /// Declares TaskManagers whose heartbeat is older than the timeout lost.
     pub fn check_heartbeats(&self) {
         let timeout = self.inner.config.heartbeat_timeout;
+        let lost: Vec<String> = self
+            .state()
+            .taskmanagers
+            .values()
+            .filter(|tm| tm.last_heartbeat.elapsed() > timeout)
+            .map(|tm| tm.id.clone())
+            .collect();
+        for tm in lost {
+            self.declare_lost(&tm, &format!("no heartbeat for {} ms", timeout.as_millis()));
+        }
+    }
+
+    /// A TaskManager is gone (silent past the heartbeat timeout, or refusing connections): its slots
+    /// leave the pool and every job reacts once, whatever number of its tasks ran there.
+    fn declare_lost(&self, tm: &str, why: &str) {
         let mut actions = Vec::new();
         {
             let mut state = self.state();
-            let lost: Vec<String> = state
-                .taskmanagers
-                .values()
-                .filter(|tm| tm.last_heartbeat.elapsed() > timeout)
-                .map(|tm| tm.id.clone())
-                .collect();
-            for tm in lost {
-                tracing::warn!(taskmanager = %tm, "TaskManager lost: no heartbeat for {} ms", timeout.as_millis());
-                if let Some(info) = state.taskmanagers.remove(&tm) {
-                    self.inner
-                        .clients
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&info.address);
-                }
-                let free = Self::free_slots(&state);
-                for job in state.jobs.values_mut() {
-                    if !job.master.status.is_terminal() {
-                        actions.extend(job.master.on_taskmanager_lost(&tm, &free));
-                    }
+            let Some(info) = state.taskmanagers.remove(tm) else {
+                return;
+            };
+            tracing::warn!(taskmanager = %tm, "TaskManager lost: {why}");
+            self.inner
+                .clients
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&info.address);
+            let free = Self::free_slots(&state);
+            for job in state.jobs.values_mut() {
+                if !job.master.status.is_terminal() {
+                    actions.extend(job.master.on_taskmanager_lost(tm, &free));
                 }
             }
         }
