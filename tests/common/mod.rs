@@ -166,3 +166,4 @@ pub fn strings(v: &serde_json::Value) -> Vec<String> {
         .map(|s| s.as_str().unwrap().to_string())
         .collect()
 }
+pub mod images;

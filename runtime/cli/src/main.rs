@@ -74,6 +74,10 @@ enum Command {
         /// Exit when standard input closes (used by `floe run` so children die with it).
         #[arg(long)]
         exit_on_stdin_eof: bool,
+        /// Application mode: submit the job of this FlinkJob manifest at start (as the operator's
+        /// JobManager pods do), and keep serving its status after it ends.
+        #[arg(long)]
+        job_file: Option<PathBuf>,
     },
     /// Run a TaskManager that offers slots to a JobManager.
     Taskmanager {
@@ -84,6 +88,10 @@ enum Command {
         slots: u32,
         #[arg(long, default_value = "127.0.0.1:0")]
         bind: SocketAddr,
+        /// Host (name or IP) peers reach this TaskManager at, when it binds a wildcard address (a
+        /// pod's IP, a container's name). Default: the bound address.
+        #[arg(long)]
+        advertise_host: Option<String>,
         /// Default: taskmanager-<pid>.
         #[arg(long)]
         id: Option<String>,
@@ -254,10 +262,12 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             heartbeat_timeout_ms,
             slot_request_timeout_s,
             exit_on_stdin_eof: eof,
+            job_file,
         } => {
             if eof {
                 exit_on_stdin_eof();
             }
+            let application = job_file.as_deref().map(run_cmd::load_manifest).transpose()?;
             let config = floe_jobmanager::JobManagerConfig {
                 rpc_address,
                 rest_address,
@@ -266,6 +276,14 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 slot_request_timeout: Duration::from_secs(slot_request_timeout_s),
             };
             let jm = floe_jobmanager::JobManager::new(config, floe_datastream::JobRegistry::builtin());
+            if let Some(manifest) = application {
+                let id = jm.submit(floe_datastream::JobArgs {
+                    name: manifest.spec.job.name.clone(),
+                    args: manifest.spec.job.args.clone(),
+                    configuration: manifest.job_configuration(),
+                })?;
+                tracing::info!(job = %id, name = %manifest.spec.job.name, "submitted the job of {}", manifest.name());
+            }
             runtime()?.block_on(jm.serve()).map_err(|e| Failure {
                 code: 1,
                 error: e.into(),
@@ -276,6 +294,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             jobmanager,
             slots,
             bind,
+            advertise_host,
             id,
             data_dir,
             exit_on_stdin_eof: eof,
@@ -288,6 +307,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             let config = floe_taskmanager::TaskManagerConfig {
                 jobmanager,
                 bind,
+                advertise_host,
                 slots,
                 id,
                 data_dir,

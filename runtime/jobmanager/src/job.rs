@@ -699,12 +699,14 @@ impl JobMaster {
             .collect()
     }
 
-    /// Tasks placed in each of the job's slots, `vertex#subtask`.
+    /// Tasks placed in each of the job's slots, `vertex#subtask` (none before the job has slots).
     pub fn slot_tasks(&self) -> Vec<Vec<String>> {
         let mut out = vec![Vec::new(); self.slot_of_group.len()];
         for ev in self.graph.execution_vertices() {
-            let g = self.group_of_task[self.graph.global_index(ev.id)] as usize;
-            out[g].push(self.graph.task_name(ev.id));
+            let group = self.group_of_task.get(self.graph.global_index(ev.id));
+            if let Some(slot) = group.and_then(|&g| out.get_mut(g as usize)) {
+                slot.push(self.graph.task_name(ev.id));
+            }
         }
         out
     }

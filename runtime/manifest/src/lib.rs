@@ -1,15 +1,30 @@
 //! The FlinkJob manifest (DESIGN.md "One unit"): the same YAML runs under `floe run -f` and under the
-//! operator. Read [`FlinkJob`] first; [`FlinkJob::from_yaml`] parses and validates, and every error
+//! operator. Read [`FlinkJobSpec`] first: kube's `CustomResource` derive makes the [`FlinkJob`] resource
+//! around it, and the CRD (`crds/flinkjob.yaml`) is generated from these types. [`FlinkJob::from_yaml`]
+//! parses and validates a file, and [`FlinkJobSpec::validate`] is what the operator runs; every error
 //! names the field that is wrong and what was expected.
+//!
+//! This crate depends on kube's derive only (no client, no controller), so the `floe` binary reads the
+//! same type without pulling in the operator.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use floe_scheduler::BatchShuffleMode;
+use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::CustomResource;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub const GROUP: &str = "floe.dev";
+pub const VERSION: &str = "v1alpha1";
 pub const API_VERSION: &str = "floe.dev/v1alpha1";
 pub const KIND: &str = "FlinkJob";
+/// Longest `metadata.name`: the operator names objects `<name>-taskmanager`, and a Service name is a
+/// DNS label of at most 63 characters.
+pub const MAX_NAME_LEN: usize = 45;
 
 /// Why a manifest was refused.
 #[derive(Debug, thiserror::Error)]
@@ -18,61 +33,89 @@ pub enum Error {
     #[error("invalid manifest: {0}")]
     Syntax(String),
     #[error("invalid manifest: {field}: {message}")]
-    Field { field: &'static str, message: String },
+    Field { field: String, message: String },
+}
+
+impl Error {
+    /// The field a [`Error::Field`] names (`spec.taskManager.replicas`), for conditions and events.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            Error::Field { field, .. } => Some(field),
+            Error::Syntax(_) => None,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A FlinkJob resource.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FlinkJob {
-    pub api_version: String,
-    pub kind: String,
-    pub metadata: Metadata,
-    pub spec: FlinkJobSpec,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<serde_yaml::Value>,
+fn field_error<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T> {
+    Err(Error::Field {
+        field: field.into(),
+        message: message.into(),
+    })
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Metadata {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde_yaml::Value>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What a FlinkJob asks for: the job, the processes that run it, where its durable data lives, and
+/// Flink-style configuration.
+// Several printer columns share `type_ = "string"`, which clippy takes for a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "floe.dev",
+    version = "v1alpha1",
+    kind = "FlinkJob",
+    shortname = "fj",
+    namespaced,
+    status = "FlinkJobStatus",
+    derive = "PartialEq",
+    doc = "A Floe job: one JobManager and its TaskManagers running a job registered in the worker image.",
+    scale(
+        spec_replicas_path = ".spec.taskManager.replicas",
+        status_replicas_path = ".status.taskManagers",
+        label_selector_path = ".status.taskManagerSelector"
+    ),
+    printcolumn(name = "Job State", type_ = "string", json_path = ".status.jobStatus.state"),
+    printcolumn(name = "Lifecycle", type_ = "string", json_path = ".status.lifecycleState"),
+    printcolumn(name = "Parallelism", type_ = "string", json_path = ".spec.job.parallelism"),
+    printcolumn(
+        name = "TaskManagers",
+        type_ = "integer",
+        json_path = ".spec.taskManager.replicas"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FlinkJobSpec {
-    /// Worker image; used by the operator only.
-    #[serde(default)]
+    /// Worker image (the `floe` binary); used by the operator only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     pub job: JobSpec,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_manager: Option<ProcessSpec>,
     pub task_manager: TaskManagerSpec,
-    #[serde(default)]
+    /// Where checkpoints, shuffle data and the JobManager's log live (`file://`, `s3://`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<StorageSpec>,
-    /// Flink-style configuration keys.
-    #[serde(default)]
+    /// Flink-style configuration keys (`execution.batch-shuffle-mode`, `heartbeat.timeout`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub configuration: BTreeMap<String, String>,
+    /// Additions to every pod the operator creates for this job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplate>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JobSpec {
-    /// A job registered in the worker binary.
+    /// A job registered in the worker binary (`wordcount`, `pipeline`).
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
     #[serde(default)]
     pub parallelism: Parallelism,
     #[serde(default)]
     pub mode: RuntimeMode,
+    /// `suspended` cancels the job and scales its processes to zero; `running` starts it again.
     #[serde(default)]
     pub state: DesiredState,
     #[serde(default)]
@@ -89,6 +132,24 @@ pub enum Parallelism {
 impl Default for Parallelism {
     fn default() -> Self {
         Parallelism::Fixed(1)
+    }
+}
+
+impl JsonSchema for Parallelism {
+    fn schema_name() -> Cow<'static, str> {
+        "Parallelism".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        // Structural schemas allow a number-or-string only through this extension.
+        json_schema!({
+            "description": "A positive integer, or \"auto\" for adaptive batch parallelism.",
+            "x-kubernetes-int-or-string": true
+        })
     }
 }
 
@@ -134,7 +195,7 @@ impl fmt::Display for Parallelism {
 }
 
 /// Flink's `execution.runtime-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeMode {
     Batch,
@@ -155,7 +216,7 @@ impl RuntimeMode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DesiredState {
     #[default]
@@ -163,7 +224,7 @@ pub enum DesiredState {
     Suspended,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpgradeMode {
     #[default]
@@ -172,101 +233,151 @@ pub enum UpgradeMode {
     LastState,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessSpec {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Requested (and limited) CPU and memory of each process, as Kubernetes quantities.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskManagerSpec {
     pub replicas: u32,
     pub slots: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StorageSpec {
     pub url: String,
 }
 
+/// Pod-template-style additions the operator applies to the JobManager and TaskManager pods.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+}
+
+/// What the operator observed, in the shape of the flink-kubernetes-operator's FlinkDeployment status.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlinkJobStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_status: Option<JobStatusInfo>,
+    /// CREATED, DEPLOYED, STABLE, SUSPENDED or FAILED.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// TaskManagers asked of the TaskManager Deployment (the scale subresource's status replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_managers: Option<i32>,
+    /// Label selector of the TaskManager pods (the scale subresource's selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_manager_selector: Option<String>,
+    /// The last error: an invalid spec or the job's failure cause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The job as the JobManager reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatusInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Flink's job status: CREATED, RUNNING, FINISHED, FAILED, CANCELED, ...
+    pub state: String,
+    /// Milliseconds since the epoch, as Flink's operator writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+}
+
+/// A manifest file: the resource plus the two fields a file carries that the resource type leaves to
+/// the API server (`apiVersion`, `kind`), with unknown fields refused.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    api_version: String,
+    kind: String,
+    metadata: ObjectMeta,
+    spec: FlinkJobSpec,
+    #[serde(default)]
+    status: Option<FlinkJobStatus>,
+}
+
 impl FlinkJob {
     /// Parses and validates a manifest.
     pub fn from_yaml(text: &str) -> Result<FlinkJob> {
-        let job: FlinkJob = serde_yaml::from_str(text).map_err(|e| Error::Syntax(e.to_string()))?;
+        let doc: Document = serde_yaml::from_str(text).map_err(|e| Error::Syntax(e.to_string()))?;
+        if doc.api_version != API_VERSION {
+            return field_error(
+                "apiVersion",
+                format!("expected {API_VERSION:?}, got {:?}", doc.api_version),
+            );
+        }
+        if doc.kind != KIND {
+            return field_error("kind", format!("expected {KIND:?}, got {:?}", doc.kind));
+        }
+        let job = FlinkJob {
+            metadata: doc.metadata,
+            spec: doc.spec,
+            status: doc.status,
+        };
         job.validate()?;
         Ok(job)
     }
 
-    /// Checks what the schema cannot: names, kinds and numbers in range.
+    /// The resource's name (validated manifests always have one).
+    pub fn name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Checks the name and the spec.
     pub fn validate(&self) -> Result<()> {
-        let field = |field: &'static str, message: String| Err(Error::Field { field, message });
-        if self.api_version != API_VERSION {
-            return field(
-                "apiVersion",
-                format!("expected {API_VERSION:?}, got {:?}", self.api_version),
-            );
-        }
-        if self.kind != KIND {
-            return field("kind", format!("expected {KIND:?}, got {:?}", self.kind));
-        }
-        let name = &self.metadata.name;
+        let name = self.metadata.name.as_deref().unwrap_or_default();
         let dns_label = !name.is_empty()
-            && name.len() <= 63
+            && name.len() <= MAX_NAME_LEN
             && name
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            && !name.starts_with('-')
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
             && !name.ends_with('-');
         if !dns_label {
-            return field(
+            return field_error(
                 "metadata.name",
-                format!("expected a DNS label (lowercase letters, digits, '-', at most 63), got {name:?}"),
+                format!(
+                    "expected a DNS label (lowercase letters, digits and '-', starting with a letter, \
+                     at most {MAX_NAME_LEN} characters), got {name:?}"
+                ),
             );
         }
-        if self.spec.job.name.trim().is_empty() {
-            return field(
-                "spec.job.name",
-                "expected the name of a registered job, got an empty string".into(),
-            );
-        }
-        if self.spec.task_manager.replicas == 0 {
-            return field("spec.taskManager.replicas", "expected at least 1".into());
-        }
-        if self.spec.task_manager.slots == 0 {
-            return field("spec.taskManager.slots", "expected at least 1".into());
-        }
-        if let Some(Err(e)) = self
-            .spec
-            .configuration
-            .get("execution.batch-shuffle-mode")
-            .map(|m| m.parse::<BatchShuffleMode>())
-        {
-            return field("spec.configuration[execution.batch-shuffle-mode]", e.to_string());
-        }
-        if let Some(storage) = &self.spec.storage {
-            let known = ["file://", "s3://", "gs://", "memory://"];
-            if !known.iter().any(|p| storage.url.starts_with(p)) {
-                return field(
-                    "spec.storage.url",
-                    format!("expected file://, s3:// or gs:// URL, got {:?}", storage.url),
-                );
-            }
-        }
-        Ok(())
+        self.spec.validate()
     }
 
     /// Total slots the manifest's TaskManagers offer.
@@ -277,25 +388,96 @@ impl FlinkJob {
             .saturating_mul(self.spec.task_manager.slots)
     }
 
+    /// The configuration a job is submitted with (see [`FlinkJobSpec::job_configuration`]).
+    pub fn job_configuration(&self) -> BTreeMap<String, String> {
+        self.spec.job_configuration()
+    }
+}
+
+/// A Kubernetes quantity (`500m`, `1`, `1.5`, `2Gi`, `512M`).
+fn is_quantity(q: &str) -> bool {
+    const SUFFIXES: [&str; 14] = [
+        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ];
+    let digits_end = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(digits_end);
+    !number.is_empty()
+        && number.parse::<f64>().is_ok()
+        && SUFFIXES.contains(&suffix)
+        && number.parse::<f64>().is_ok_and(|n| n > 0.0)
+}
+
+fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()> {
+    let Some(r) = resources else { return Ok(()) };
+    for (name, value) in [("cpu", &r.cpu), ("memory", &r.memory)] {
+        if let Some(v) = value
+            && !is_quantity(v)
+        {
+            return field_error(
+                format!("{prefix}.resources.{name}"),
+                format!("expected a Kubernetes quantity such as \"500m\", \"1\" or \"2Gi\", got {v:?}"),
+            );
+        }
+    }
+    Ok(())
+}
+
+impl FlinkJobSpec {
+    /// Checks what the schema cannot: names, numbers and values in range. Field names are the
+    /// manifest's (`spec.taskManager.replicas`), so the message tells a user what to edit.
+    pub fn validate(&self) -> Result<()> {
+        if self.job.name.trim().is_empty() {
+            return field_error(
+                "spec.job.name",
+                "expected the name of a registered job, got an empty string",
+            );
+        }
+        if let Some(image) = &self.image
+            && image.trim().is_empty()
+        {
+            return field_error("spec.image", "expected an image reference, got an empty string");
+        }
+        if self.task_manager.replicas == 0 {
+            return field_error("spec.taskManager.replicas", "expected at least 1");
+        }
+        if self.task_manager.slots == 0 {
+            return field_error("spec.taskManager.slots", "expected at least 1");
+        }
+        validate_resources("spec.taskManager", &self.task_manager.resources)?;
+        if let Some(jm) = &self.job_manager {
+            validate_resources("spec.jobManager", &jm.resources)?;
+        }
+        if let Some(Err(e)) = self
+            .configuration
+            .get("execution.batch-shuffle-mode")
+            .map(|m| m.parse::<BatchShuffleMode>())
+        {
+            return field_error("spec.configuration[execution.batch-shuffle-mode]", e.to_string());
+        }
+        if let Some(storage) = &self.storage {
+            let known = ["file://", "s3://", "gs://", "memory://"];
+            if !known.iter().any(|p| storage.url.starts_with(p)) {
+                return field_error(
+                    "spec.storage.url",
+                    format!("expected a file://, s3:// or gs:// URL, got {:?}", storage.url),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The configuration a job is submitted with: the manifest's keys plus runtime mode and parallelism
     /// from `spec.job` (the manifest's explicit keys win for anything else).
     pub fn job_configuration(&self) -> BTreeMap<String, String> {
-        let mut conf = self.spec.configuration.clone();
-        let mode = match self.spec.job.mode {
-            // Built-in sources are bounded files or bounded generators: AUTOMATIC resolves to BATCH
-            // unless the job says otherwise when it is built.
-            RuntimeMode::Automatic => RuntimeMode::Automatic.flink_name(),
-            m => m.flink_name(),
+        let mut conf = self.configuration.clone();
+        conf.insert("execution.runtime-mode".into(), self.job.mode.flink_name().into());
+        let parallelism = match self.job.parallelism {
+            Parallelism::Fixed(n) => n.to_string(),
+            Parallelism::Auto => "-1".into(),
         };
-        conf.insert("execution.runtime-mode".into(), mode.into());
-        match self.spec.job.parallelism {
-            Parallelism::Fixed(n) => {
-                conf.insert("parallelism.default".into(), n.to_string());
-            }
-            Parallelism::Auto => {
-                conf.insert("parallelism.default".into(), "-1".into());
-            }
-        }
+        conf.insert("parallelism.default".into(), parallelism);
         conf
     }
 }
@@ -315,7 +497,7 @@ spec:
     args: ["--input", "data/words.txt", "--output", "out/wordcount"]
     parallelism: 4
     mode: batch
-  taskManager: { replicas: 2, slots: 2 }
+  taskManager: { replicas: 2, slots: 2, resources: { cpu: "1", memory: 2Gi } }
   configuration:
     execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING
 "#;
@@ -323,12 +505,25 @@ spec:
     #[test]
     fn parses_the_design_example() {
         let job = FlinkJob::from_yaml(GOOD).unwrap();
+        assert_eq!(job.name(), "wordcount");
         assert_eq!(job.spec.job.parallelism, Parallelism::Fixed(4));
         assert_eq!(job.spec.job.mode, RuntimeMode::Batch);
         assert_eq!(job.total_slots(), 4);
         let conf = job.job_configuration();
         assert_eq!(conf["execution.runtime-mode"], "BATCH");
         assert_eq!(conf["parallelism.default"], "4");
+    }
+
+    #[test]
+    fn a_resource_round_trips_through_json_as_the_api_server_returns_it() {
+        let job = FlinkJob::from_yaml(GOOD).unwrap();
+        let json = serde_json::to_value(&job).unwrap();
+        assert_eq!(json["apiVersion"], "floe.dev/v1alpha1");
+        assert_eq!(json["kind"], "FlinkJob");
+        assert_eq!(json["spec"]["taskManager"]["replicas"], 2);
+        assert_eq!(json["spec"]["job"]["parallelism"], 4);
+        let back: FlinkJob = serde_json::from_value(json).unwrap();
+        assert_eq!(back, job);
     }
 
     fn err(text: &str) -> String {
@@ -368,5 +563,21 @@ spec:
         assert!(e.contains("unknown field `taskManagers`"), "{e}");
         let e = err(&GOOD.replace("name: wordcount }", "name: Word_Count }"));
         assert!(e.contains("metadata.name"), "{e}");
+        let e = err(&GOOD.replace("memory: 2Gi", "memory: lots"));
+        assert_eq!(
+            e,
+            "invalid manifest: spec.taskManager.resources.memory: expected a Kubernetes quantity such \
+             as \"500m\", \"1\" or \"2Gi\", got \"lots\""
+        );
+    }
+
+    #[test]
+    fn quantities() {
+        for q in ["1", "500m", "0.5", "2Gi", "512Mi", "1G"] {
+            assert!(is_quantity(q), "{q}");
+        }
+        for q in ["", "Gi", "2 Gi", "-1", "1.2.3", "2gb", "0"] {
+            assert!(!is_quantity(q), "{q}");
+        }
     }
 }

@@ -49,6 +49,8 @@ pub struct TaskManagerConfig {
     pub jobmanager: String,
     /// Where to serve TaskExecutor and Shuffle (port 0 picks one).
     pub bind: SocketAddr,
+    /// Host peers reach this TaskManager at (a pod IP); `None`: the bound address.
+    pub advertise_host: Option<String>,
     pub slots: u32,
     pub id: String,
     /// Local directory for blocking partitions.
@@ -380,7 +382,10 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
             source,
         })?;
     let local = listener.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
-    let address = local.to_string();
+    let address = match &config.advertise_host {
+        Some(host) => format!("{host}:{}", local.port()),
+        None => local.to_string(),
+    };
     let shuffle = ShuffleEnvironment::new(ShuffleConfig {
         data_dir: config.data_dir.clone(),
         ..ShuffleConfig::default()

@@ -1,0 +1,297 @@
+//! The reconcile loop (controller-rs's shape): [`reconcile`] is tracing + finalizer + dispatch to
+//! [`apply`] or [`cleanup`]; [`error_policy`] is separate; everything it needs is in [`Context`].
+//! Every step is idempotent: objects and status go out by server-side apply, so running a reconcile
+//! twice changes nothing the second time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use floe_manifest::{DesiredState, FlinkJob, FlinkJobStatus};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::jobmanager_api::{JobManagerApi, JobOverview};
+use crate::resources::{self, Defaults, MANAGER, REST_PORT};
+use crate::status::{self, Observed, lifecycle};
+
+/// Lets the operator cancel the job before Kubernetes removes its pods.
+pub const FINALIZER: &str = "floe.dev/cleanup";
+
+/// Why a reconcile failed. All of these are retried by [`error_policy`] with a delay.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("FlinkJob {0} has no namespace")]
+    NoNamespace(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything reconcile needs.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub jobmanager: Arc<dyn JobManagerApi>,
+    pub defaults: Defaults,
+    /// REST base URL of a job's JobManager: its Service's DNS name in the cluster.
+    pub jobmanager_url: fn(&FlinkJob) -> String,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("jobmanager", &self.jobmanager)
+            .field("defaults", &self.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub fn new(client: Client, jobmanager: Arc<dyn JobManagerApi>, defaults: Defaults) -> Context {
+        let reporter = Reporter {
+            controller: MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            jobmanager,
+            defaults,
+            jobmanager_url: in_cluster_jobmanager_url,
+        }
+    }
+}
+
+/// `http://<job>-jobmanager.<namespace>.svc:8081`.
+pub fn in_cluster_jobmanager_url(job: &FlinkJob) -> String {
+    format!("http://{}:{REST_PORT}", resources::jobmanager_host(job))
+}
+
+/// How soon to look again at a job in each situation: often while it changes, rarely once it ended.
+fn requeue(observed: &Observed) -> Action {
+    match observed {
+        Observed::InvalidSpec(_) => Action::await_change(),
+        Observed::Suspended { .. } => Action::requeue(Duration::from_secs(300)),
+        Observed::Job(j) if j.is_terminal() => Action::requeue(Duration::from_secs(60)),
+        _ => Action::requeue(Duration::from_secs(5)),
+    }
+}
+
+pub async fn reconcile(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = job
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(job.name_any()))?;
+    tracing::debug!(job = %job.name_any(), %ns, "reconcile");
+    let api: Api<FlinkJob> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&api, FINALIZER, job, |event| async {
+        match event {
+            Finalizer::Apply(job) => apply(job, ctx.clone()).await,
+            Finalizer::Cleanup(job) => cleanup(job, ctx.clone()).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+pub fn error_policy(job: Arc<FlinkJob>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 15s");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// Server-side apply of one namespaced object, owned by the operator's field manager.
+async fn apply_object<K>(client: &Client, ns: &str, object: &K) -> Result<()>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        &object.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(Error::Kube)?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, job: &FlinkJob, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    // An event that cannot be written is logged, never a reason to fail the reconcile.
+    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(job = %job.name_any(), error = %e, "cannot publish event");
+    }
+}
+
+async fn write_status(ctx: &Context, job: &FlinkJob, status: &FlinkJobStatus) -> Result<()> {
+    if job.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let api: Api<FlinkJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let patch = serde_json::json!({
+        "apiVersion": floe_manifest::API_VERSION,
+        "kind": floe_manifest::KIND,
+        "status": status,
+    });
+    api.patch_status(
+        &job.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
+    Ok(())
+}
+
+/// What the JobManager says, as an observation.
+async fn observe(ctx: &Context, url: &str) -> Observed {
+    match ctx.jobmanager.current_job(url).await {
+        Ok(Some(job)) => Observed::Job(job),
+        Ok(None) => Observed::NoJob,
+        Err(e) => Observed::Unreachable(e.to_string()),
+    }
+}
+
+/// Cancels the job if it runs. Returns it as last seen (marked CANCELED when cancelled here).
+async fn cancel_running(ctx: &Context, job: &FlinkJob, url: &str) -> Option<JobOverview> {
+    match ctx.jobmanager.current_job(url).await {
+        Ok(Some(running)) if !running.is_terminal() => match ctx.jobmanager.cancel(url, &running.id).await {
+            Ok(()) => {
+                tracing::info!(job = %job.name_any(), id = %running.id, "cancelled");
+                Some(JobOverview {
+                    state: "CANCELED".into(),
+                    ..running
+                })
+            }
+            Err(e) => {
+                tracing::warn!(job = %job.name_any(), error = %e, "cannot cancel the job");
+                Some(running)
+            }
+        },
+        Ok(ended) => ended,
+        Err(_) => None,
+    }
+}
+
+/// Makes the cluster match the FlinkJob, then reports what the JobManager says.
+pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = job
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(job.name_any()))?;
+    let now = Timestamp::now();
+    if let Err(e) = job.validate() {
+        // Not an error of the reconcile: retrying cannot fix it, a new spec can (await_change).
+        let message = e.to_string();
+        let status = status::compute(&job, &Observed::InvalidSpec(message.clone()), now);
+        let known = job.status.as_ref().and_then(|s| s.error.as_ref()) == Some(&message);
+        if !known {
+            publish(&ctx, &job, EventType::Warning, "InvalidSpec", message).await;
+        }
+        write_status(&ctx, &job, &status).await?;
+        return Ok(Action::await_change());
+    }
+    let url = (ctx.jobmanager_url)(&job);
+    let suspended = job.spec.job.state == DesiredState::Suspended;
+    let was_suspended =
+        job.status.as_ref().and_then(|s| s.lifecycle_state.as_deref()) == Some(lifecycle::SUSPENDED);
+    // Cancel before scaling to zero, while the JobManager is still there to ask.
+    let suspended_observation = match (suspended, was_suspended) {
+        (true, false) => Some(Observed::Suspended {
+            cancelled: cancel_running(&ctx, &job, &url).await,
+        }),
+        (true, true) => Some(Observed::Suspended { cancelled: None }),
+        (false, _) => None,
+    };
+    let desired = resources::desired(&job, &ctx.defaults);
+    apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
+    apply_object::<Service>(&ctx.client, &ns, &desired.jobmanager_service).await?;
+    apply_object::<Deployment>(&ctx.client, &ns, &desired.jobmanager).await?;
+    apply_object::<Deployment>(&ctx.client, &ns, &desired.taskmanager).await?;
+    let observed = match suspended_observation {
+        Some(o) => o,
+        None => observe(&ctx, &url).await,
+    };
+    let status = status::compute(&job, &observed, now);
+    if let Some(change) = status::state_change(job.status.as_ref(), &status) {
+        let type_ = match &observed {
+            Observed::Job(j) if j.state == "FAILED" => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        publish(&ctx, &job, type_, "JobStatusChanged", change).await;
+    }
+    write_status(&ctx, &job, &status).await?;
+    Ok(requeue(&observed))
+}
+
+/// The FlinkJob is being deleted: cancel its job; Kubernetes deletes the owned objects.
+pub async fn cleanup(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
+    let url = (ctx.jobmanager_url)(&job);
+    let cancelled = cancel_running(&ctx, &job, &url).await;
+    let note = match cancelled {
+        Some(j) => format!("deleting: job {} is {}", j.id, j.state),
+        None => "deleting: no running job".to_string(),
+    };
+    publish(&ctx, &job, EventType::Normal, "Deleting", note).await;
+    Ok(Action::await_change())
+}
+
+/// Runs the controller until a shutdown signal: one per watched namespace, or one for all.
+pub async fn run(client: Client, namespaces: Vec<String>, ctx: Context) {
+    let ctx = Arc::new(ctx);
+    let scopes: Vec<Option<String>> = if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.into_iter().map(Some).collect()
+    };
+    let controllers = scopes.into_iter().map(|ns| {
+        fn api<K>(client: &Client, ns: &Option<String>) -> Api<K>
+        where
+            K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+        {
+            match ns {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            }
+        }
+        let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
+        Controller::new(
+            api::<FlinkJob>(&client, &ns),
+            watcher::Config::default().any_semantic(),
+        )
+        .owns(api::<Deployment>(&client, &ns), owned.clone())
+        .owns(api::<Service>(&client, &ns), owned.clone())
+        .owns(api::<ConfigMap>(&client, &ns), owned)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(job = %object.name, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile error"),
+            }
+        })
+    });
+    futures::future::join_all(controllers).await;
+}

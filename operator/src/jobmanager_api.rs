@@ -1,0 +1,262 @@
+//! What the operator asks a job's JobManager over its REST API (the shape of Flink's): which job it
+//! runs and in which state (`GET /jobs`, `GET /jobs/{id}`), and to cancel it (`PATCH /jobs/{id}`).
+//! [`JobManagerApi`] is the boundary; [`RestClient`] is the HTTP implementation.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+
+/// Why the JobManager could not answer. Always retryable: the JobManager may still be starting.
+#[derive(Debug, thiserror::Error)]
+pub enum RestError {
+    #[error("JobManager at {url} is unreachable: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("JobManager at {url} answered {status}: {body}")]
+    Status { url: String, status: u16, body: String },
+    #[error("JobManager at {url} sent a body that is not the REST API's: {message}")]
+    Body { url: String, message: String },
+}
+
+/// A job as the JobManager reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOverview {
+    pub id: String,
+    pub name: String,
+    /// Flink's job status name: CREATED, RUNNING, FINISHED, FAILED, CANCELLING, CANCELED, ...
+    pub state: String,
+    pub start_time_ms: Option<u64>,
+    pub failure: Option<String>,
+}
+
+impl JobOverview {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.state.as_str(), "FINISHED" | "FAILED" | "CANCELED")
+    }
+}
+
+/// The JobManager's REST API as the operator uses it. `base` is `http://host:port`.
+#[async_trait]
+pub trait JobManagerApi: Send + Sync + std::fmt::Debug {
+    /// The job the JobManager runs (the newest one, if it ever ran several), or `None` before the
+    /// job is submitted.
+    async fn current_job(&self, base: &str) -> Result<Option<JobOverview>, RestError>;
+    /// Asks the JobManager to cancel a job; a job already ended is not an error.
+    async fn cancel(&self, base: &str, job_id: &str) -> Result<(), RestError>;
+}
+
+/// HTTP/1 client of the REST API.
+#[derive(Debug, Clone)]
+pub struct RestClient {
+    http: Client<HttpConnector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl Default for RestClient {
+    fn default() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        RestClient {
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JobsList {
+    jobs: Vec<JobsListEntry>,
+}
+
+#[derive(Deserialize)]
+struct JobsListEntry {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct JobDetails {
+    jid: String,
+    name: String,
+    state: String,
+    #[serde(rename = "start-time")]
+    start_time: Option<u64>,
+    #[serde(rename = "failure-cause")]
+    failure_cause: Option<String>,
+}
+
+impl RestClient {
+    async fn call(&self, method: http::Method, url: &str) -> Result<(u16, Bytes), RestError> {
+        let unreachable = |message: String| RestError::Unreachable {
+            url: url.to_string(),
+            message,
+        };
+        let request = http::Request::builder()
+            .method(method)
+            .uri(url)
+            .header("accept", "application/json")
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| unreachable(e.to_string()))?;
+        let response = tokio::time::timeout(self.timeout, self.http.request(request))
+            .await
+            .map_err(|_| unreachable(format!("no answer within {:?}", self.timeout)))?
+            .map_err(|e| unreachable(format!("{e:#}")))?;
+        let status = response.status().as_u16();
+        let body = tokio::time::timeout(self.timeout, response.into_body().collect())
+            .await
+            .map_err(|_| unreachable(format!("no body within {:?}", self.timeout)))?
+            .map_err(|e| unreachable(e.to_string()))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, RestError> {
+        let (status, body) = self.call(http::Method::GET, url).await?;
+        if status != 200 {
+            return Err(RestError::Status {
+                url: url.into(),
+                status,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| RestError::Body {
+            url: url.into(),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[async_trait]
+impl JobManagerApi for RestClient {
+    async fn current_job(&self, base: &str) -> Result<Option<JobOverview>, RestError> {
+        let list: JobsList = self.get_json(&format!("{base}/jobs")).await?;
+        let mut newest: Option<JobOverview> = None;
+        for entry in list.jobs {
+            let d: JobDetails = self.get_json(&format!("{base}/jobs/{}", entry.id)).await?;
+            let overview = JobOverview {
+                id: d.jid,
+                name: d.name,
+                state: d.state,
+                start_time_ms: d.start_time,
+                failure: d.failure_cause.filter(|f| !f.is_empty()),
+            };
+            if newest
+                .as_ref()
+                .is_none_or(|n| overview.start_time_ms >= n.start_time_ms)
+            {
+                newest = Some(overview);
+            }
+        }
+        Ok(newest)
+    }
+
+    async fn cancel(&self, base: &str, job_id: &str) -> Result<(), RestError> {
+        let url = format!("{base}/jobs/{job_id}");
+        let (status, body) = self.call(http::Method::PATCH, &url).await?;
+        // 409: the job already ended, which is what cancelling wants.
+        if matches!(status, 200 | 202 | 409) {
+            return Ok(());
+        }
+        Err(RestError::Status {
+            url,
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use floe_jobmanager::{JobManager, JobManagerConfig};
+
+    /// A real JobManager on loopback (no TaskManagers: its job waits for slots in CREATED).
+    async fn start_jobmanager() -> (String, JobManager) {
+        let rest = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let rpc = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let config = JobManagerConfig {
+            rpc_address: rpc.local_addr().unwrap(),
+            rest_address: rest.local_addr().unwrap(),
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(10),
+            slot_request_timeout: Duration::from_secs(60),
+        };
+        drop((rest, rpc));
+        let base = format!("http://{}", config.rest_address);
+        let jm = JobManager::new(config, floe_datastream::JobRegistry::builtin());
+        tokio::spawn(jm.clone().serve());
+        (base, jm)
+    }
+
+    #[tokio::test]
+    async fn reads_and_cancels_a_job_on_a_real_jobmanager() {
+        let (base, jm) = start_jobmanager().await;
+        let client = RestClient::default();
+        // The JobManager may take a moment to bind.
+        let mut first = Err(RestError::Unreachable {
+            url: base.clone(),
+            message: "not tried".into(),
+        });
+        for _ in 0..100 {
+            first = client.current_job(&base).await;
+            if first.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(first.unwrap(), None, "no job submitted yet");
+        let id = jm
+            .submit(floe_datastream::JobArgs {
+                name: "wordcount".into(),
+                args: vec![
+                    "--input".into(),
+                    "/nonexistent/in.txt".into(),
+                    "--output".into(),
+                    "/nonexistent/out".into(),
+                ],
+                configuration: Default::default(),
+            })
+            .unwrap();
+        let job = client.current_job(&base).await.unwrap().unwrap();
+        assert_eq!(job.id, id);
+        assert_eq!(job.name, "wordcount");
+        assert_eq!(job.state, "CREATED");
+        assert!(job.start_time_ms.is_some());
+        client.cancel(&base, &id).await.unwrap();
+        let job = client.current_job(&base).await.unwrap().unwrap();
+        assert_eq!(job.state, "CANCELED");
+        assert!(job.is_terminal());
+        // Cancelling an ended job is not an error; an unknown one is.
+        client.cancel(&base, &id).await.unwrap();
+        let e = client.cancel(&base, "nope").await.unwrap_err().to_string();
+        assert!(
+            e.contains("answered 404") && e.contains("job nope not found"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_jobmanager_is_an_error_naming_the_url() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        let e = RestClient::default()
+            .current_job(&base)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("JobManager at {base}/jobs is unreachable")),
+            "{e}"
+        );
+    }
+}

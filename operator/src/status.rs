@@ -1,0 +1,268 @@
+//! The FlinkJob's status from what the operator observed, by pure functions: no clock (the time is an
+//! argument) and no I/O, so every case is a unit test.
+
+use floe_manifest::{DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::jobmanager_api::JobOverview;
+use crate::resources::{Component, selector_string};
+
+/// The one condition type the operator writes.
+pub const READY: &str = "Ready";
+
+/// Lifecycle states, the flink-kubernetes-operator's names.
+pub mod lifecycle {
+    pub const CREATED: &str = "CREATED";
+    pub const DEPLOYED: &str = "DEPLOYED";
+    pub const STABLE: &str = "STABLE";
+    pub const SUSPENDED: &str = "SUSPENDED";
+    pub const FAILED: &str = "FAILED";
+}
+
+/// What the operator saw of the job's JobManager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// The spec is invalid: nothing was applied. Carries the validation message (naming the field).
+    InvalidSpec(String),
+    /// Suspended: the Deployments are at zero; the job was cancelled if it ran.
+    Suspended {
+        cancelled: Option<JobOverview>,
+    },
+    /// The JobManager did not answer (it may be starting).
+    Unreachable(String),
+    /// The JobManager answers but has no job yet.
+    NoJob,
+    Job(JobOverview),
+}
+
+fn condition(status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    Condition {
+        type_: READY.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::UNIX_EPOCH),
+    }
+}
+
+/// The status to write for `job` after observing `observed` at `now`.
+pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobStatus {
+    let previous = job.status.clone().unwrap_or_default();
+    let generation = job.metadata.generation;
+    let name = Some(job.spec.job.name.clone());
+    let previous_id = previous.job_status.as_ref().and_then(|s| s.job_id.clone());
+    let info = |state: &str| JobStatusInfo {
+        job_name: name.clone(),
+        job_id: previous_id.clone(),
+        state: state.into(),
+        start_time: previous.job_status.as_ref().and_then(|s| s.start_time.clone()),
+    };
+    let from_job = |j: &JobOverview| JobStatusInfo {
+        job_name: Some(j.name.clone()),
+        job_id: Some(j.id.clone()),
+        state: j.state.clone(),
+        start_time: j.start_time_ms.map(|t| t.to_string()),
+    };
+    let (job_status, lifecycle, ready, error) = match observed {
+        Observed::InvalidSpec(message) => (
+            previous.job_status.clone(),
+            lifecycle::FAILED,
+            condition(false, "InvalidSpec", message.clone(), generation),
+            Some(message.clone()),
+        ),
+        Observed::Suspended { cancelled } => (
+            Some(JobStatusInfo {
+                state: "SUSPENDED".into(),
+                ..cancelled
+                    .as_ref()
+                    .map(from_job)
+                    .unwrap_or_else(|| info("SUSPENDED"))
+            }),
+            lifecycle::SUSPENDED,
+            condition(
+                false,
+                "Suspended",
+                "spec.job.state is suspended: the job is cancelled and its Deployments are at zero".into(),
+                generation,
+            ),
+            None,
+        ),
+        Observed::Unreachable(message) => (
+            Some(info("RECONCILING")),
+            lifecycle::DEPLOYED,
+            condition(false, "JobManagerUnreachable", message.clone(), generation),
+            None,
+        ),
+        Observed::NoJob => (
+            Some(info("RECONCILING")),
+            lifecycle::DEPLOYED,
+            condition(
+                false,
+                "Deploying",
+                "the JobManager is up and has not submitted the job yet".into(),
+                generation,
+            ),
+            None,
+        ),
+        Observed::Job(j) => {
+            let (lifecycle, ready, reason) = match j.state.as_str() {
+                "RUNNING" => (lifecycle::STABLE, true, "JobRunning"),
+                "FINISHED" => (lifecycle::STABLE, true, "JobFinished"),
+                "FAILED" => (lifecycle::FAILED, false, "JobFailed"),
+                "CANCELED" | "CANCELLING" => (lifecycle::DEPLOYED, false, "JobCanceled"),
+                _ => (lifecycle::DEPLOYED, false, "JobStarting"),
+            };
+            let message = match &j.failure {
+                Some(f) => format!("job {} is {}: {f}", j.id, j.state),
+                None => format!("job {} is {}", j.id, j.state),
+            };
+            (
+                Some(from_job(j)),
+                lifecycle,
+                condition(ready, reason, message, generation),
+                j.failure.clone(),
+            )
+        }
+    };
+    let task_managers = match (observed, job.spec.job.state) {
+        (Observed::InvalidSpec(_), _) => previous.task_managers,
+        (_, DesiredState::Suspended) => Some(0),
+        _ => Some(i32::try_from(job.spec.task_manager.replicas).unwrap_or(i32::MAX)),
+    };
+    FlinkJobStatus {
+        job_status,
+        lifecycle_state: Some(lifecycle.into()),
+        conditions: vec![keep_transition_time(&previous.conditions, ready, now)],
+        observed_generation: generation,
+        task_managers,
+        task_manager_selector: Some(selector_string(job, Component::TaskManager)),
+        error,
+    }
+}
+
+/// A condition's `lastTransitionTime` moves only when its status does.
+fn keep_transition_time(previous: &[Condition], mut c: Condition, now: Timestamp) -> Condition {
+    c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
+        Some(p) if p.status == c.status => p.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    c
+}
+
+/// A short line for an Event when the job's state changed between two statuses.
+pub fn state_change(before: Option<&FlinkJobStatus>, after: &FlinkJobStatus) -> Option<String> {
+    let state = |s: Option<&FlinkJobStatus>| s.and_then(|s| s.job_status.as_ref()).map(|j| j.state.clone());
+    let (old, new) = (state(before), state(Some(after)));
+    (old != new).then(|| {
+        format!(
+            "job state {} -> {}",
+            old.as_deref().unwrap_or("none"),
+            new.as_deref().unwrap_or("none")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> FlinkJob {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/wordcount.yaml"))
+                .unwrap();
+        let mut job = FlinkJob::from_yaml(&text).unwrap();
+        job.metadata.generation = Some(3);
+        job
+    }
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn running(state: &str) -> JobOverview {
+        JobOverview {
+            id: "j1".into(),
+            name: "wordcount".into(),
+            state: state.into(),
+            start_time_ms: Some(1_700_000_000_000),
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn a_running_job_is_ready_and_stable() {
+        let s = compute(&job(), &Observed::Job(running("RUNNING")), at(100));
+        let js = s.job_status.as_ref().unwrap();
+        assert_eq!(js.state, "RUNNING");
+        assert_eq!(js.job_id.as_deref(), Some("j1"));
+        assert_eq!(js.start_time.as_deref(), Some("1700000000000"));
+        assert_eq!(s.lifecycle_state.as_deref(), Some("STABLE"));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.task_managers, Some(2));
+        assert_eq!(s.conditions[0].status, "True");
+        assert_eq!(s.conditions[0].reason, "JobRunning");
+        assert!(
+            s.task_manager_selector
+                .unwrap()
+                .contains("app.kubernetes.io/component=taskmanager")
+        );
+    }
+
+    #[test]
+    fn an_invalid_spec_is_not_ready_with_the_field_in_the_message() {
+        let msg = "invalid manifest: spec.taskManager.replicas: expected at least 1".to_string();
+        let s = compute(&job(), &Observed::InvalidSpec(msg.clone()), at(100));
+        assert_eq!(s.conditions[0].status, "False");
+        assert_eq!(s.conditions[0].reason, "InvalidSpec");
+        assert_eq!(s.conditions[0].message, msg);
+        assert_eq!(s.error, Some(msg));
+        assert_eq!(s.lifecycle_state.as_deref(), Some("FAILED"));
+    }
+
+    #[test]
+    fn a_failed_job_carries_its_cause() {
+        let mut j = running("FAILED");
+        j.failure = Some("cannot open /data/in.txt".into());
+        let s = compute(&job(), &Observed::Job(j), at(100));
+        assert_eq!(s.lifecycle_state.as_deref(), Some("FAILED"));
+        assert_eq!(s.error.as_deref(), Some("cannot open /data/in.txt"));
+        assert!(s.conditions[0].message.contains("cannot open /data/in.txt"));
+    }
+
+    #[test]
+    fn suspended_reports_zero_taskmanagers_and_keeps_the_job_id() {
+        let mut j = job();
+        j.spec.job.state = DesiredState::Suspended;
+        let s = compute(
+            &j,
+            &Observed::Suspended {
+                cancelled: Some(running("CANCELED")),
+            },
+            at(100),
+        );
+        assert_eq!(s.job_status.as_ref().unwrap().state, "SUSPENDED");
+        assert_eq!(s.job_status.as_ref().unwrap().job_id.as_deref(), Some("j1"));
+        assert_eq!(s.task_managers, Some(0));
+        assert_eq!(s.lifecycle_state.as_deref(), Some("SUSPENDED"));
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_the_condition_status_does() {
+        let mut j = job();
+        let first = compute(&j, &Observed::NoJob, at(100));
+        assert_eq!(first.conditions[0].last_transition_time, Time(at(100)));
+        j.status = Some(first);
+        let still_not_ready = compute(&j, &Observed::Unreachable("x".into()), at(200));
+        assert_eq!(still_not_ready.conditions[0].last_transition_time, Time(at(100)));
+        j.status = Some(still_not_ready);
+        let ready = compute(&j, &Observed::Job(running("RUNNING")), at(300));
+        assert_eq!(ready.conditions[0].last_transition_time, Time(at(300)));
+        assert_eq!(
+            state_change(j.status.as_ref(), &ready).as_deref(),
+            Some("job state RECONCILING -> RUNNING")
+        );
+        assert_eq!(state_change(Some(&ready), &ready), None);
+    }
+}
