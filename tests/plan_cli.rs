@@ -165,3 +165,35 @@ fn bad_inputs_name_what_is_wrong_and_exit_2() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The `floe` binary reads the FlinkJob type from `floe-manifest` but must not pull in the Kubernetes
+/// client or controller (that is the operator's).
+#[test]
+fn the_floe_binary_does_not_depend_on_the_kubernetes_client_or_controller() {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "floe",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        tree.contains("floe-manifest"),
+        "floe reads manifests through floe-manifest"
+    );
+    for forbidden in ["kube-runtime", "kube-client", "floe-operator"] {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(&format!("{forbidden} "))),
+            "floe depends on {forbidden}"
+        );
+    }
+}
