@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::images::{self, OPERATOR_IMAGE, WORKER_IMAGE, sh};
@@ -107,6 +106,7 @@ fn wordcount_in_containers() -> Result<(), Failed> {
     let volume = format!("{}:/var/lib/floe", dir.display());
 
     sh("docker", &["network", "create", &network]);
+    let started = Instant::now();
     sh(
         "docker",
         &[
@@ -166,7 +166,6 @@ fn wordcount_in_containers() -> Result<(), Failed> {
         );
     }
     let address = rest_address(&jm);
-    let started = Instant::now();
     let (state, cause) = loop {
         if let Some((state, cause)) = job_state(&address)
             && matches!(state.as_str(), "FINISHED" | "FAILED" | "CANCELED")
@@ -193,11 +192,10 @@ fn wordcount_in_containers() -> Result<(), Failed> {
     assert_eq!(tms, 2, "two TaskManager containers registered");
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
-        "wordcount in containers: FINISHED in {:.1}s, {} distinct words equal the reference",
+        "wordcount in containers: FINISHED {:.1}s after the first container started, {} distinct words equal the reference",
         started.elapsed().as_secs_f64(),
         reference.len()
     );
-    let _ = Path::new(".");
     Ok(())
 }
 

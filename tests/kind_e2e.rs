@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -251,7 +251,6 @@ fn main() {
         let cluster = start();
         batch_wordcount_finishes_and_delete_cleans_up(&cluster)?;
         streaming_job_suspends_and_resumes(&cluster)?;
-        let _ = Path::new(".");
         Ok(())
     })
     .with_ignored_flag(skip);
