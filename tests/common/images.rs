@@ -138,6 +138,8 @@ pub fn build_image(dockerfile: &str, binary: &Path, tag: &str) {
     std::fs::create_dir_all(&context).unwrap();
     let name = binary.file_name().unwrap().to_str().unwrap();
     std::fs::copy(binary, context.join(name)).unwrap();
+    // Test builds carry debug info (hundreds of MB); the image needs none of it.
+    let _ = Command::new("strip").arg(context.join(name)).status();
     let dockerfile = repo().join("docker").join(dockerfile);
     sh(
         "docker",
