@@ -38,6 +38,9 @@ pub enum Error {
         #[source]
         source: opendal::Error,
     },
+    /// Opening object storage failed (a bad URL, an unreachable store).
+    #[error(transparent)]
+    ObjectStore(#[from] floe_storage::Error),
     /// Writing to stdout (the print sink) failed.
     #[error("print sink: {0}")]
     Io(#[from] std::io::Error),
@@ -49,6 +52,7 @@ impl Error {
         match self {
             Error::Shuffle(e) => e.is_retryable(),
             Error::Storage { source, .. } => source.is_temporary(),
+            Error::ObjectStore(e) => e.is_retryable(),
             _ => false,
         }
     }

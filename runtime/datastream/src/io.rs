@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use opendal::{Operator, services};
+use opendal::Operator;
 
 use crate::data::Data;
 use crate::error::{Error, Result};
@@ -26,53 +26,34 @@ pub(crate) struct Location {
     pub url: String,
 }
 
-fn setting(conf: &BTreeMap<String, String>, key: &str, env: &[&str]) -> Option<String> {
-    conf.get(key)
-        .cloned()
-        .or_else(|| env.iter().find_map(|e| std::env::var(e).ok()))
-        .filter(|v| !v.is_empty())
-}
-
-/// Opens `s3://bucket/prefix`, `file:///path` or a plain (absolute or relative) path.
+/// Opens `s3://bucket/prefix`, `file:///path` or a plain (absolute or relative) path, through the one
+/// object-storage wrapper (`floe-storage`: endpoint and keys from configuration or the environment).
 pub(crate) fn locate(url: &str, conf: &BTreeMap<String, String>) -> Result<Location> {
-    if let Some(rest) = url.strip_prefix("s3://").or_else(|| url.strip_prefix("s3a://")) {
-        let (bucket, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(Error::argument(
-                url,
-                "an s3 URL needs a bucket: s3://bucket/prefix",
-            ));
-        }
-        let mut b = services::S3::default().bucket(bucket).root("/");
-        if let Some(v) = setting(conf, "s3.endpoint", &["AWS_ENDPOINT_URL", "S3_ENDPOINT"]) {
-            b = b.endpoint(&v);
-        }
-        let region = setting(conf, "s3.region", &["AWS_REGION", "AWS_DEFAULT_REGION"])
-            .unwrap_or_else(|| "us-east-1".to_string());
-        b = b.region(&region);
-        if let Some(v) = setting(conf, "s3.access-key", &["AWS_ACCESS_KEY_ID"]) {
-            b = b.access_key_id(&v);
-        }
-        if let Some(v) = setting(conf, "s3.secret-key", &["AWS_SECRET_ACCESS_KEY"]) {
-            b = b.secret_access_key(&v);
-        }
-        let op = Operator::new(b).map_err(|e| Error::storage(url, e))?;
-        return Ok(Location {
-            op,
-            path: path.trim_start_matches('/').to_string(),
-            url: url.to_string(),
-        });
-    }
-    let plain = url.strip_prefix("file://").unwrap_or(url);
-    let absolute = if plain.starts_with('/') {
-        std::path::PathBuf::from(plain)
+    let storage_url = if let Some(rest) = url.strip_prefix("s3a://") {
+        format!("s3://{rest}")
+    } else if url.starts_with("s3://") || url.starts_with("file://") {
+        url.to_string()
     } else {
-        std::env::current_dir()?.join(plain)
+        let absolute = if url.starts_with('/') {
+            std::path::PathBuf::from(url)
+        } else {
+            std::env::current_dir()?.join(url)
+        };
+        format!("file://{}", absolute.display())
     };
-    let op = Operator::new(services::Fs::default().root("/")).map_err(|e| Error::storage(url, e))?;
+    if let Some(rest) = storage_url.strip_prefix("s3://")
+        && rest.split('/').next().is_none_or(str::is_empty)
+    {
+        return Err(Error::argument(
+            url,
+            "an s3 URL needs a bucket: s3://bucket/prefix",
+        ));
+    }
+    let store = floe_storage::ObjectStore::open(&storage_url, conf)?;
+    let (op, path) = store.raw("");
     Ok(Location {
         op,
-        path: absolute.to_string_lossy().trim_start_matches('/').to_string(),
+        path: path.trim_end_matches('/').to_string(),
         url: url.to_string(),
     })
 }

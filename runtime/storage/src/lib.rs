@@ -1,0 +1,337 @@
+//! Object storage behind one wrapper: everything that must outlive a pod (the JobManager's operation
+//! log, checkpoints, remote shuffle data) goes through [`ObjectStore`], opendal underneath.
+//!
+//! Read [`ObjectStore`] first. URLs: `file:///dir` (local disk, the default), `s3://bucket/prefix`
+//! (endpoint, region and keys from configuration or the usual AWS environment variables), and
+//! `memory://` (tests). Transient errors are retried with exponential backoff (opendal's RetryLayer);
+//! every error names the object it concerns. [`ObjectStore::create`] is a conditional create (it fails
+//! with [`Error::AlreadyExists`] when the object exists): fencing rests on it. [`envelope`] frames
+//! objects with a length and a checksum, so a truncated or corrupt object is an error naming it.
+
+pub mod envelope;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use opendal::layers::RetryLayer;
+use opendal::{ErrorKind, Operator, services};
+
+/// Why a storage operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid storage URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("object {url} does not exist")]
+    NotFound { url: String },
+    /// A conditional create found the object there: someone else created it first.
+    #[error("object {url} already exists")]
+    AlreadyExists { url: String },
+    #[error("object {url} is corrupt: {reason}")]
+    Corrupt { url: String, reason: String },
+    /// What the store said, after retries for transient errors.
+    #[error("storage operation on {url} failed: {source}")]
+    Io {
+        url: String,
+        #[source]
+        source: opendal::Error,
+    },
+    #[error("storage {url} cannot make conditional creates, which fencing needs")]
+    NoConditionalCreate { url: String },
+}
+
+impl Error {
+    /// Whether trying again later may succeed (the store was unavailable), as opposed to an answer
+    /// that will not change (missing, corrupt, already there).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.is_temporary())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Looks a setting up in the configuration, then in the environment.
+fn setting(conf: &BTreeMap<String, String>, key: &str, env: &[&str]) -> Option<String> {
+    conf.get(key)
+        .cloned()
+        .or_else(|| env.iter().find_map(|e| std::env::var(e).ok()))
+        .filter(|v| !v.is_empty())
+}
+
+/// A bucket or directory, and a prefix inside it that every path is relative to.
+#[derive(Debug, Clone)]
+pub struct ObjectStore {
+    op: Operator,
+    /// Prefix inside the operator's root: empty or ending with `/`, no leading `/`.
+    prefix: String,
+    /// The URL of the prefix, for messages (`s3://bucket/prefix/`).
+    url: String,
+}
+
+fn normalize_prefix(p: &str) -> String {
+    let p = p.trim_matches('/');
+    if p.is_empty() {
+        String::new()
+    } else {
+        format!("{p}/")
+    }
+}
+
+impl ObjectStore {
+    /// Opens a storage URL. `conf` may carry `s3.endpoint`, `s3.region`, `s3.access-key`,
+    /// `s3.secret-key` (else `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`).
+    pub fn open(url: &str, conf: &BTreeMap<String, String>) -> Result<ObjectStore> {
+        // The process-wide HTTP client opendal's S3 service uses (first call wins; cheap after).
+        opendal::install_default();
+        let invalid = |reason: &str| Error::InvalidUrl {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let io = |source| Error::Io {
+            url: url.to_string(),
+            source,
+        };
+        let (op, prefix, base) = if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(invalid("expected s3://bucket/prefix"));
+            }
+            let mut b = services::S3::default().bucket(bucket).root("/");
+            if let Some(v) = setting(conf, "s3.endpoint", &["AWS_ENDPOINT_URL", "S3_ENDPOINT"]) {
+                b = b.endpoint(&v);
+            }
+            let region = setting(conf, "s3.region", &["AWS_REGION", "AWS_DEFAULT_REGION"])
+                .unwrap_or_else(|| "us-east-1".to_string());
+            b = b.region(&region);
+            if let Some(v) = setting(conf, "s3.access-key", &["AWS_ACCESS_KEY_ID"]) {
+                b = b.access_key_id(&v);
+            }
+            if let Some(v) = setting(conf, "s3.secret-key", &["AWS_SECRET_ACCESS_KEY"]) {
+                b = b.secret_access_key(&v);
+            }
+            (
+                Operator::new(b).map_err(io)?,
+                prefix.to_string(),
+                format!("s3://{bucket}/"),
+            )
+        } else if let Some(rest) = url.strip_prefix("memory://") {
+            (
+                Operator::new(services::Memory::default()).map_err(io)?,
+                rest.to_string(),
+                "memory://".to_string(),
+            )
+        } else if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(invalid("expected an absolute path: file:///dir"));
+            }
+            (
+                Operator::new(services::Fs::default().root("/")).map_err(io)?,
+                path.to_string(),
+                "file:///".to_string(),
+            )
+        } else {
+            return Err(invalid("expected file:///dir, s3://bucket/prefix or memory://"));
+        };
+        let op = op.layer(
+            RetryLayer::new()
+                .with_max_times(5)
+                .with_min_delay(Duration::from_millis(50))
+                .with_max_delay(Duration::from_secs(2))
+                .with_jitter(),
+        );
+        let prefix = normalize_prefix(&prefix);
+        let url = format!("{base}{prefix}");
+        Ok(ObjectStore { op, prefix, url })
+    }
+
+    /// The store under `path` (`{url}/{path}/`): a job's directory, a checkpoint's.
+    pub fn scoped(&self, path: &str) -> ObjectStore {
+        let prefix = normalize_prefix(&format!("{}{}", self.prefix, path.trim_matches('/')));
+        let url = format!("{}{}", self.url.trim_end_matches(&self.prefix), prefix);
+        ObjectStore {
+            op: self.op.clone(),
+            prefix,
+            url,
+        }
+    }
+
+    /// The URL of this store's prefix.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The URL of an object, for messages.
+    pub fn url_of(&self, path: &str) -> String {
+        format!("{}{}", self.url, path.trim_start_matches('/'))
+    }
+
+    fn full(&self, path: &str) -> String {
+        format!("{}{}", self.prefix, path.trim_start_matches('/'))
+    }
+
+    fn io(&self, path: &str, source: opendal::Error) -> Error {
+        match source.kind() {
+            ErrorKind::NotFound => Error::NotFound {
+                url: self.url_of(path),
+            },
+            ErrorKind::ConditionNotMatch | ErrorKind::AlreadyExists => Error::AlreadyExists {
+                url: self.url_of(path),
+            },
+            _ => Error::Io {
+                url: self.url_of(path),
+                source,
+            },
+        }
+    }
+
+    /// Writes an object, replacing any previous one.
+    pub async fn put(&self, path: &str, bytes: impl Into<Bytes>) -> Result<()> {
+        let bytes: Bytes = bytes.into();
+        self.op
+            .write(&self.full(path), bytes)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// Creates an object only if none exists at `path`; [`Error::AlreadyExists`] otherwise. On S3 this
+    /// is `If-None-Match: *`, on a file system an exclusive create.
+    pub async fn create(&self, path: &str, bytes: impl Into<Bytes>) -> Result<()> {
+        if !self.op.info().capability().write_with_if_not_exists {
+            return Err(Error::NoConditionalCreate {
+                url: self.url.clone(),
+            });
+        }
+        let bytes: Bytes = bytes.into();
+        self.op
+            .write_with(&self.full(path), bytes)
+            .if_not_exists(true)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// Reads a whole object; [`Error::NotFound`] names it when it is missing.
+    pub async fn get(&self, path: &str) -> Result<Bytes> {
+        self.op
+            .read(&self.full(path))
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// Reads an object, or `None` when it is missing.
+    pub async fn get_opt(&self, path: &str) -> Result<Option<Bytes>> {
+        match self.get(path).await {
+            Ok(b) => Ok(Some(b)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names directly under `dir` (relative to it, sorted); sub-directories end with `/`.
+    pub async fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let dir_path = normalize_prefix(dir);
+        let full = self.full(&dir_path);
+        let entries = match self.op.list(&full).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(&dir_path, e)),
+        };
+        let mut names: Vec<String> = entries
+            .into_iter()
+            .filter_map(|e| e.path().strip_prefix(&full).map(str::to_string))
+            .filter(|n| !n.is_empty())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes an object; a missing one is not an error.
+    pub async fn delete(&self, path: &str) -> Result<()> {
+        self.op
+            .delete(&self.full(path))
+            .await
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// Deletes everything under `dir`.
+    pub async fn delete_all(&self, dir: &str) -> Result<()> {
+        let dir_path = normalize_prefix(dir);
+        self.op
+            .delete_with(&self.full(&dir_path))
+            .recursive(true)
+            .await
+            .map_err(|e| self.io(&dir_path, e))
+    }
+
+    /// The opendal operator and the full path of `path`, for streaming reads and writes.
+    pub fn raw(&self, path: &str) -> (Operator, String) {
+        (self.op.clone(), self.full(path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_store(name: &str) -> ObjectStore {
+        let dir = std::env::temp_dir().join(format!("floe-storage-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ObjectStore::open(&format!("file://{}", dir.display()), &BTreeMap::new()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn put_get_list_delete_and_conditional_create_on_disk() {
+        let store = temp_store("basic").scoped("ns/job");
+        assert!(store.url().ends_with("/ns/job/"), "{}", store.url());
+        store.put("a/1", "one").await.unwrap();
+        store.put("a/2", "two").await.unwrap();
+        store.put("b", "bee").await.unwrap();
+        assert_eq!(store.get("a/1").await.unwrap(), "one");
+        assert_eq!(store.list("a").await.unwrap(), ["1", "2"]);
+        assert_eq!(store.list("").await.unwrap(), ["a/", "b"]);
+        assert_eq!(store.list("missing").await.unwrap(), Vec::<String>::new());
+        store.create("leader/1", "me").await.unwrap();
+        let e = store.create("leader/1", "you").await.unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists { .. }), "{e}");
+        assert!(e.to_string().ends_with("/ns/job/leader/1 already exists"), "{e}");
+        assert_eq!(
+            store.get("leader/1").await.unwrap(),
+            "me",
+            "the first create wins"
+        );
+        store.delete("a/1").await.unwrap();
+        let e = store.get("a/1").await.unwrap_err();
+        assert!(
+            matches!(e, Error::NotFound { .. }) && e.to_string().contains("/ns/job/a/1"),
+            "{e}"
+        );
+        assert!(!e.is_retryable());
+        assert_eq!(store.get_opt("a/1").await.unwrap(), None);
+        store.delete_all("a").await.unwrap();
+        assert_eq!(store.list("").await.unwrap(), ["b", "leader/"]);
+    }
+
+    #[test]
+    fn bad_urls_say_what_was_expected() {
+        let e = ObjectStore::open("ftp://x", &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "invalid storage URL \"ftp://x\": expected file:///dir, s3://bucket/prefix or memory://"
+        );
+        let e = ObjectStore::open("s3:///prefix", &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected s3://bucket/prefix"), "{e}");
+        let e = ObjectStore::open("file://relative", &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("absolute path"), "{e}");
+    }
+}

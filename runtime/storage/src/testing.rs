@@ -1,0 +1,91 @@
+//! A local S3 server for tests: `moto_server` from PyPI (`pip install "moto[server]"`), started on a
+//! free loopback port and stopped on drop. It honours conditional creates (`If-None-Match: *`), which
+//! fencing needs.
+#![allow(clippy::unwrap_used)] // test support: a panic is the failure report
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running moto server with one bucket.
+#[derive(Debug)]
+pub struct MotoServer {
+    child: Child,
+    pub endpoint: String,
+    pub bucket: String,
+}
+
+impl MotoServer {
+    /// Whether `moto_server` can be started here.
+    pub fn available() -> bool {
+        Command::new("moto_server")
+            .arg("--help")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Starts moto and creates `bucket`.
+    pub fn start(bucket: &str) -> MotoServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server (pip install \"moto[server]\")");
+        let address = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        while TcpStream::connect(&address).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "moto_server did not start on {address}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // CreateBucket: moto does not check signatures.
+        let mut s = TcpStream::connect(&address).unwrap();
+        write!(
+            s,
+            "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "CreateBucket: {reply}");
+        MotoServer {
+            child,
+            endpoint: format!("http://{address}"),
+            bucket: bucket.to_string(),
+        }
+    }
+
+    /// Configuration for [`crate::ObjectStore::open`] of `s3://{bucket}/...` on this server.
+    pub fn conf(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("s3.endpoint".into(), self.endpoint.clone()),
+            ("s3.region".into(), "us-east-1".into()),
+            ("s3.access-key".into(), "test".into()),
+            ("s3.secret-key".into(), "test".into()),
+        ])
+    }
+
+    /// `s3://{bucket}/{prefix}`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("s3://{}/{prefix}", self.bucket)
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
