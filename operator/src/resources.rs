@@ -147,7 +147,14 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
     let doc = serde_json::json!({
         "apiVersion": floe_manifest::API_VERSION,
         "kind": floe_manifest::KIND,
-        "metadata": { "name": job.name(), "namespace": job.metadata.namespace },
+        // The generation tells the JobManager whether its logged job belongs to this spec or an
+        // older one (a resume after suspend is a new deployment).
+        "metadata": ObjectMeta {
+            name: Some(job.name().to_string()),
+            namespace: job.metadata.namespace.clone(),
+            generation: job.metadata.generation,
+            ..ObjectMeta::default()
+        },
         "spec": job.spec,
     });
     serde_yaml::to_string(&doc).unwrap_or_default()
@@ -157,6 +164,7 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
 /// Deployments' replicas, and must not restart the JobManager (which would run the job anew).
 fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
+    job.metadata.generation = None;
     job.spec.task_manager.replicas = 1;
     job.spec.job.state = DesiredState::Running;
     manifest_yaml(&job)

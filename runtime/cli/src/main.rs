@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use floe::plan_cmd::{self, Format};
-use floe::{generate, graph_file, run_cmd};
+use floe::{application, generate, graph_file, run_cmd};
 use floe_scheduler::{BatchShuffleMode, Plan};
 
 /// mimalloc: the per-record path allocates small strings (words, keys), where glibc's malloc and
@@ -276,18 +276,9 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 slot_request_timeout: Duration::from_secs(slot_request_timeout_s),
             };
             let jm = floe_jobmanager::JobManager::new(config, floe_datastream::JobRegistry::builtin());
-            if let Some(manifest) = application {
-                let id = jm.submit(floe_datastream::JobArgs {
-                    name: manifest.spec.job.name.clone(),
-                    args: manifest.spec.job.args.clone(),
-                    configuration: manifest.job_configuration(),
-                })?;
-                tracing::info!(job = %id, name = %manifest.spec.job.name, "submitted the job of {}", manifest.name());
-            }
-            runtime()?.block_on(jm.serve()).map_err(|e| Failure {
-                code: 1,
-                error: e.into(),
-            })?;
+            runtime()?
+                .block_on(application::serve(jm, application))
+                .map_err(|e| Failure { code: 1, error: e })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Taskmanager {

@@ -19,6 +19,9 @@ pub enum Error {
     },
     #[error("server failed: {0}")]
     Serve(String),
+    /// The operation log could not be taken, read or written (fenced, lost the election, corrupt).
+    #[error(transparent)]
+    Oplog(#[from] floe_oplog::Error),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -7,8 +7,9 @@
 
 pub mod error;
 pub mod job;
+pub mod oplog;
 pub mod rest;
 pub mod server;
 
 pub use error::{Error, Result};
-pub use server::{JobManager, JobManagerConfig};
+pub use server::{EndedJob, JobManager, JobManagerConfig, JobStatusSnapshot};

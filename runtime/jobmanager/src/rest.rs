@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use crate::error::Error;
-use crate::server::{JobEntry, JobManager};
+use crate::server::{EndedJob, JobEntry, JobManager};
 
 pub fn router(jm: JobManager) -> Router {
     Router::new()
@@ -29,15 +29,39 @@ async fn list_jobs(State(jm): State<JobManager>) -> Json<Value> {
         .jobs
         .iter()
         .map(|(id, j)| json!({ "id": id, "name": j.master.args.name, "status": j.master.status.name() }))
+        .chain(
+            state
+                .ended
+                .iter()
+                .map(|(id, j)| json!({ "id": id, "name": j.name, "status": j.status })),
+        )
         .collect();
     Json(json!({ "jobs": jobs }))
 }
 
+/// A job that ended under an earlier JobManager: what the operation log knows of it.
+fn ended_details(id: &str, job: &EndedJob) -> Value {
+    json!({
+        "jid": id,
+        "name": job.name,
+        "state": job.status,
+        "start-time": job.start_time_ms,
+        "end-time": job.end_time_ms,
+        "duration": job.end_time_ms.saturating_sub(job.start_time_ms),
+        "failure-cause": job.failure,
+        "restored-from-operation-log": true,
+        "vertices": [],
+        "regions": [],
+        "slots": [],
+    })
+}
+
 async fn job_details(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
     let state = jm.state();
-    match state.jobs.get(&id) {
-        Some(job) => Json(details(&id, job)).into_response(),
-        None => not_found(format!("job {id} not found")),
+    match (state.jobs.get(&id), state.ended.get(&id)) {
+        (Some(job), _) => Json(details(&id, job)).into_response(),
+        (None, Some(ended)) => Json(ended_details(&id, ended)).into_response(),
+        (None, None) => not_found(format!("job {id} not found")),
     }
 }
 
@@ -118,6 +142,10 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
 }
 
 async fn cancel_job(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    if let Some(ended) = jm.state().ended.get(&id) {
+        let message = format!("job {id} already ended ({})", ended.status);
+        return (StatusCode::CONFLICT, Json(json!({ "errors": [message] }))).into_response();
+    }
     match jm.cancel(&id) {
         Ok(()) => (StatusCode::ACCEPTED, Json(json!({}))).into_response(),
         Err(Error::UnknownJob(id)) => not_found(format!("job {id} not found")),

@@ -65,11 +65,32 @@ pub struct JobEntry {
     pub end_time_ms: Option<u64>,
 }
 
+/// A job that ended under an earlier JobManager, known from the operation log: listed and described,
+/// never run again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedJob {
+    pub name: String,
+    /// Flink's job status name (FINISHED, FAILED, CANCELED).
+    pub status: String,
+    pub failure: Option<String>,
+    pub start_time_ms: u64,
+    pub end_time_ms: u64,
+}
+
 /// Everything the JobManager knows.
 #[derive(Debug, Default)]
 pub struct State {
     pub taskmanagers: BTreeMap<String, TaskManagerInfo>,
     pub jobs: BTreeMap<String, JobEntry>,
+    pub ended: BTreeMap<String, EndedJob>,
+}
+
+/// A job's status as the operation log records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStatusSnapshot {
+    pub job_id: String,
+    pub status: JobStatus,
+    pub failure: Option<String>,
 }
 
 /// Shared handle to the JobManager's state and clients.
@@ -165,13 +186,22 @@ impl JobManager {
 
     /// Builds the job's graph from the registry and queues it; it starts when enough slots exist.
     pub fn submit(&self, args: JobArgs) -> Result<String> {
+        self.submit_with_id(args, Self::new_job_id())
+    }
+
+    /// A fresh job id (32 hex digits, as Flink's JobID).
+    pub fn new_job_id() -> String {
+        new_id(now_ms())
+    }
+
+    /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
+    pub fn submit_with_id(&self, args: JobArgs, id: String) -> Result<String> {
         let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {
             job: args.name.clone(),
             message: e.to_string(),
         })?;
         let fingerprint = built.fingerprint();
         let job_graph = built.job_graph().clone();
-        let id = new_id(now_ms());
         let master = JobMaster::new(id.clone(), args, job_graph, fingerprint)?;
         tracing::info!(job = %id, name = %master.args.name, tasks = master.graph.task_count(), "job submitted");
         self.state().jobs.insert(
@@ -185,6 +215,25 @@ impl JobManager {
         );
         self.try_start_jobs();
         Ok(id)
+    }
+
+    /// Records a job that ended under an earlier JobManager (from the operation log).
+    pub fn restore_ended(&self, id: String, job: EndedJob) {
+        tracing::info!(job = %id, status = %job.status, "restored an ended job from the operation log; not running it again");
+        self.state().ended.insert(id, job);
+    }
+
+    /// Every running or ended job's status, for the operation log.
+    pub fn job_statuses(&self) -> Vec<JobStatusSnapshot> {
+        self.state()
+            .jobs
+            .iter()
+            .map(|(id, j)| JobStatusSnapshot {
+                job_id: id.clone(),
+                status: j.master.status,
+                failure: j.master.failure.clone(),
+            })
+            .collect()
     }
 
     /// Starts every CREATED job that now fits; fails those that waited longer than the slot timeout.

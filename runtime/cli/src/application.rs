@@ -1,0 +1,64 @@
+//! `floe jobmanager [--job-file MANIFEST]`: a JobManager that serves, and in application mode (as the
+//! operator's JobManager pods run) submits the manifest's job itself. When the manifest has
+//! `spec.storage`, the JobManager first takes the next leader epoch of the job's operation log under
+//! `{storage.url}/{namespace}/{job-name}/`, resumes what the log knows (an ended job is not run again;
+//! a newer `metadata.generation` of the FlinkJob, as after a resume, is a new deployment whose job is
+//! submitted anew), and records status changes; a JobManager fenced by a newer one exits with the reason.
+
+use anyhow::Context;
+use floe_datastream::JobArgs;
+use floe_jobmanager::JobManager;
+use floe_manifest::FlinkJob;
+use floe_oplog::OperationLog;
+use floe_storage::ObjectStore;
+
+/// The job a manifest describes.
+fn job_args(manifest: &FlinkJob) -> JobArgs {
+    JobArgs {
+        name: manifest.spec.job.name.clone(),
+        args: manifest.spec.job.args.clone(),
+        configuration: manifest.job_configuration(),
+    }
+}
+
+/// Who holds an epoch, for the `leader/{epoch}` object: host and process.
+fn holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".into());
+    format!("{host}/pid-{}", std::process::id())
+}
+
+/// Serves until the server stops or, with an operation log, until this JobManager is fenced.
+pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result<()> {
+    let Some(manifest) = manifest else {
+        return Ok(jm.serve().await?);
+    };
+    let Some(storage) = &manifest.spec.storage else {
+        let id = jm.submit(job_args(&manifest))?;
+        tracing::info!(job = %id, "submitted the job of {}", manifest.name());
+        return Ok(jm.serve().await?);
+    };
+    let namespace = manifest.metadata.namespace.as_deref().unwrap_or("default");
+    let store = ObjectStore::open(&storage.url, &manifest.job_configuration())
+        .context("spec.storage.url")?
+        .scoped(&format!("{namespace}/{}", manifest.name()));
+    let (mut log, replayed) =
+        OperationLog::acquire::<floe_jobmanager::oplog::Event>(store, &holder()).await?;
+    tracing::info!(
+        epoch = log.epoch(),
+        events = replayed.events.len(),
+        epochs = ?replayed.epochs,
+        "leading the job's operation log"
+    );
+    let application = floe_jobmanager::oplog::Application {
+        job: job_args(&manifest),
+        generation: manifest.metadata.generation.unwrap_or(0),
+    };
+    let known = floe_jobmanager::oplog::resume(&jm, &mut log, &replayed.events, Some(application)).await?;
+    let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone(), log, known);
+    tokio::select! {
+        served = jm.serve() => Ok(served?),
+        fenced = recorder => Err(fenced.into()),
+    }
+}

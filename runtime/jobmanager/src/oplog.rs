@@ -1,0 +1,245 @@
+//! What the JobManager writes to its operation log (`floe-oplog`), and how a new JobManager resumes
+//! from it. Today's vocabulary is job-level: a job submitted (with everything needed to build it
+//! again) and its status changes. A job the log shows ended is restored as ended and never run again;
+//! one that had not ended is submitted again under its id.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use floe_datastream::JobArgs;
+use floe_oplog::OperationLog;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::server::{EndedJob, JobManager};
+
+/// One logged event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    JobSubmitted {
+        job_id: String,
+        name: String,
+        args: Vec<String>,
+        configuration: BTreeMap<String, String>,
+        /// The FlinkJob's `metadata.generation` it was submitted for (0 outside Kubernetes).
+        #[serde(default)]
+        generation: i64,
+        time_ms: u64,
+    },
+    JobStatusChanged {
+        job_id: String,
+        status: String,
+        failure: Option<String>,
+        time_ms: u64,
+    },
+}
+
+/// A job as the log tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedJob {
+    pub id: String,
+    pub args: JobArgs,
+    pub generation: i64,
+    pub status: Option<String>,
+    pub failure: Option<String>,
+    pub submitted_ms: u64,
+    pub changed_ms: u64,
+}
+
+impl LoggedJob {
+    pub fn has_ended(&self) -> bool {
+        matches!(self.status.as_deref(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    }
+}
+
+/// Folds events into jobs, in submission order.
+pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
+    let mut jobs: Vec<LoggedJob> = Vec::new();
+    for e in events {
+        match e {
+            Event::JobSubmitted {
+                job_id,
+                name,
+                args,
+                configuration,
+                generation,
+                time_ms,
+            } => jobs.push(LoggedJob {
+                id: job_id.clone(),
+                generation: *generation,
+                args: JobArgs {
+                    name: name.clone(),
+                    args: args.clone(),
+                    configuration: configuration.clone(),
+                },
+                status: None,
+                failure: None,
+                submitted_ms: *time_ms,
+                changed_ms: *time_ms,
+            }),
+            Event::JobStatusChanged {
+                job_id,
+                status,
+                failure,
+                time_ms,
+            } => {
+                if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
+                    j.status = Some(status.clone());
+                    j.failure = failure.clone();
+                    j.changed_ms = *time_ms;
+                }
+            }
+        }
+    }
+    jobs
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// What to run: the job of the manifest, and the manifest's generation.
+#[derive(Debug, Clone)]
+pub struct Application {
+    pub job: JobArgs,
+    /// The FlinkJob's `metadata.generation`: a newer one than the logged job's is a new deployment
+    /// (a changed spec, a resume after suspend), so its job is submitted anew.
+    pub generation: i64,
+}
+
+/// Resumes what the log knows: an ended job is restored as ended, an unfinished one of the current
+/// generation runs again under its id, one of an older generation is superseded. Then submits the
+/// application's job if the log has none of its generation, logging it first. Returns the statuses
+/// the recorder starts from.
+pub async fn resume(
+    jm: &JobManager,
+    log: &mut OperationLog,
+    replayed: &[Event],
+    application: Option<Application>,
+) -> Result<BTreeMap<String, String>> {
+    let logged = jobs_of(replayed);
+    let generation = application.as_ref().map_or(0, |a| a.generation);
+    let mut known = BTreeMap::new();
+    for j in &logged {
+        let current = j.generation >= generation;
+        if j.has_ended() || !current {
+            let (status, failure) = if j.has_ended() {
+                (j.status.clone().unwrap_or_default(), j.failure.clone())
+            } else {
+                (
+                    "CANCELED".to_string(),
+                    Some(format!("superseded by the FlinkJob's generation {generation}")),
+                )
+            };
+            jm.restore_ended(
+                j.id.clone(),
+                EndedJob {
+                    name: j.args.name.clone(),
+                    status,
+                    failure,
+                    start_time_ms: j.submitted_ms,
+                    end_time_ms: j.changed_ms,
+                },
+            );
+        } else {
+            tracing::info!(job = %j.id, "the operation log shows this job did not end: running it again");
+            jm.submit_with_id(j.args.clone(), j.id.clone())?;
+        }
+        if let Some(s) = &j.status {
+            known.insert(j.id.clone(), s.clone());
+        }
+    }
+    let has_current = logged.iter().any(|j| j.generation >= generation);
+    if let Some(app) = application.filter(|_| !has_current) {
+        let id = JobManager::new_job_id();
+        // Logged before it runs: a JobManager that dies right after still knows the job.
+        log.append(&[Event::JobSubmitted {
+            job_id: id.clone(),
+            name: app.job.name.clone(),
+            args: app.job.args.clone(),
+            configuration: app.job.configuration.clone(),
+            generation: app.generation,
+            time_ms: now_ms(),
+        }])
+        .await?;
+        jm.submit_with_id(app.job, id)?;
+    }
+    Ok(known)
+}
+
+/// Appends every job status change until the log refuses a write (this JobManager was fenced) or
+/// fails for good; returns that error. Changes are seen within 100 ms.
+pub async fn record_status_changes(
+    jm: JobManager,
+    mut log: OperationLog,
+    mut known: BTreeMap<String, String>,
+) -> Error {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let changed: Vec<Event> = jm
+            .job_statuses()
+            .into_iter()
+            .filter(|s| known.get(&s.job_id).map(String::as_str) != Some(s.status.name()))
+            .map(|s| Event::JobStatusChanged {
+                job_id: s.job_id,
+                status: s.status.name().to_string(),
+                failure: s.failure,
+                time_ms: now_ms(),
+            })
+            .collect();
+        if changed.is_empty() {
+            continue;
+        }
+        match log.append(&changed).await {
+            Ok(()) => {
+                for e in changed {
+                    if let Event::JobStatusChanged { job_id, status, .. } = e {
+                        known.insert(job_id, status);
+                    }
+                }
+            }
+            Err(e) if e.is_retryable() => tracing::warn!("operation log write failed, retrying: {e}"),
+            Err(e) => return e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_status_of_each_job_wins() {
+        let submitted = |id: &str| Event::JobSubmitted {
+            job_id: id.into(),
+            name: "wordcount".into(),
+            args: vec![],
+            configuration: BTreeMap::new(),
+            generation: 0,
+            time_ms: 1,
+        };
+        let status = |id: &str, s: &str, t| Event::JobStatusChanged {
+            job_id: id.into(),
+            status: s.into(),
+            failure: None,
+            time_ms: t,
+        };
+        let jobs = jobs_of(&[
+            submitted("a"),
+            status("a", "RUNNING", 2),
+            submitted("b"),
+            status("a", "FINISHED", 3),
+            status("b", "RUNNING", 4),
+        ]);
+        assert_eq!(jobs.len(), 2);
+        assert!(jobs[0].has_ended());
+        assert_eq!((jobs[0].submitted_ms, jobs[0].changed_ms), (1, 3));
+        assert!(!jobs[1].has_ended());
+        assert_eq!(jobs[1].status.as_deref(), Some("RUNNING"));
+    }
+}

@@ -1,0 +1,217 @@
+//! The JobManager's operation log across real processes (DESIGN.md "Object storage layout and
+//! JobManager failover"): JobManagers in application mode (`floe jobmanager --job-file`) whose
+//! manifest has `spec.storage` take a leader epoch, and
+//! - a second JobManager on the same job storage fences the first: the first's next log write is
+//!   refused and it exits saying so, while the second goes on;
+//! - a JobManager restarted after its job FINISHED restores it from the log and does not run it again.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `floe jobmanager --job-file` on free ports; returns it with its (rpc, rest) addresses. Its
+/// stderr goes to `log`.
+fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
+    let mut child = Command::new(common::FLOE)
+        .args([
+            "jobmanager",
+            "--rpc-address",
+            "127.0.0.1:0",
+            "--rest-address",
+            "127.0.0.1:0",
+            "--job-file",
+        ])
+        .arg(manifest)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "floe jobmanager listening rpc=127.0.0.1:X rest=127.0.0.1:Y"
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {k} in {line:?}: {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            })
+            .to_string()
+    };
+    let (rpc, rest) = (field("rpc="), field("rest="));
+    (Proc(child), rpc, rest)
+}
+
+fn taskmanager(rpc: &str, slots: u32) -> Proc {
+    Proc(
+        Command::new(common::FLOE)
+            .args(["taskmanager", "--jobmanager", rpc, "--slots", &slots.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The only job a JobManager lists, with its details, once `pred` holds.
+fn wait_job(rest: &str, timeout: Duration, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let (_, list) = common::http("GET", rest, "/jobs");
+        if let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str()) {
+            let (_, job) = common::http("GET", rest, &format!("/jobs/{id}"));
+            if pred(&job) {
+                return job;
+            }
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "job not as expected after {timeout:?}: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn manifest(dir: &Path, input: &Path, output: &Path) -> PathBuf {
+    let path = dir.join("job.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: wordcount }}\nspec:\n  job:\n    name: wordcount\n    args: [\"--input\", \"{}\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: batch\n  taskManager: {{ replicas: 1, slots: 2 }}\n  storage: {{ url: \"file://{}\" }}\n",
+            input.display(),
+            output.display(),
+            dir.join("storage").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn leader_epochs(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("storage/default/wordcount/leader"))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn a_second_jobmanager_fences_the_first() {
+    let dir = common::scratch("fence");
+    let input = dir.join("words.txt");
+    floe::generate::write_words(&input, 1 << 20, 5).unwrap();
+    let m = manifest(&dir, &input, &dir.join("out"));
+    // No TaskManagers: the job waits for slots, so both JobManagers hold it unfinished.
+    let (mut a, _, rest_a) = jobmanager(&m, &dir.join("jm-a.log"));
+    let job_a = wait_job(&rest_a, Duration::from_secs(20), |j| j["state"] == "CREATED");
+    let (_b, _, rest_b) = jobmanager(&m, &dir.join("jm-b.log"));
+    let job_b = wait_job(&rest_b, Duration::from_secs(20), |j| j["state"] == "CREATED");
+    assert_eq!(
+        job_a["jid"], job_b["jid"],
+        "the new leader resumes the logged job under its id"
+    );
+    assert_eq!(leader_epochs(&dir), 2);
+
+    // The old leader acts (a cancel changes its job's status) and must log it first: refused.
+    let id = job_a["jid"].as_str().unwrap();
+    common::http("PATCH", &rest_a, &format!("/jobs/{id}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = a.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the fenced JobManager did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(dir.join("jm-a.log")).unwrap();
+    assert!(
+        log.contains("JobManager of epoch 1 was fenced: a newer JobManager sealed its log at")
+            && log.contains("its writes are refused"),
+        "{log}"
+    );
+    // The new leader's job is untouched by the zombie's cancel.
+    let (_, job) = common::http("GET", &rest_b, &format!("/jobs/{id}"));
+    assert_eq!(job["state"], "CREATED");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_restarted_jobmanager_does_not_run_a_finished_job_again() {
+    let dir = common::scratch("restart");
+    let input = dir.join("words.txt");
+    floe::generate::write_words(&input, 2 << 20, 6).unwrap();
+    let reference = common::reference_count(&input);
+    let output = dir.join("out");
+    let m = manifest(&dir, &input, &output);
+    let (a, rpc, rest_a) = jobmanager(&m, &dir.join("jm-a.log"));
+    let tm = taskmanager(&rpc, 2);
+    let finished = wait_job(&rest_a, Duration::from_secs(60), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED"))
+    });
+    assert_eq!(finished["state"], "FINISHED", "{finished}");
+    common::assert_batch_output(&output, &reference);
+    // The status change reaches the log within 100 ms; then the JobManager and its TaskManager die.
+    std::thread::sleep(Duration::from_millis(500));
+    drop((a, tm));
+    let written: Vec<SystemTime> = std::fs::read_dir(&output)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
+
+    let (_b, rpc_b, rest_b) = jobmanager(&m, &dir.join("jm-b.log"));
+    let _tm_b = taskmanager(&rpc_b, 2);
+    let restored = wait_job(&rest_b, Duration::from_secs(20), |j| j["state"] == "FINISHED");
+    assert_eq!(restored["jid"], finished["jid"]);
+    assert_eq!(restored["restored-from-operation-log"], true);
+    assert_eq!(leader_epochs(&dir), 2);
+    // Nothing ran again: the same part files, untouched, and no task was deployed.
+    std::thread::sleep(Duration::from_millis(500));
+    let again: Vec<SystemTime> = std::fs::read_dir(&output)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().modified().unwrap())
+        .collect();
+    assert_eq!(again, written);
+    common::assert_batch_output(&output, &reference);
+    let log = std::fs::read_to_string(dir.join("jm-b.log")).unwrap();
+    assert!(log.contains("not running it again"), "{log}");
+    drop((_b, _tm_b));
+
+    // A newer generation of the FlinkJob (what the operator writes after a resume) is a new
+    // deployment: its job is submitted anew, under a new id, and runs.
+    let text = std::fs::read_to_string(&m)
+        .unwrap()
+        .replace("name: wordcount }", "name: wordcount, generation: 3 }");
+    std::fs::write(&m, text).unwrap();
+    std::fs::remove_dir_all(&output).unwrap();
+    let (_c, rpc_c, rest_c) = jobmanager(&m, &dir.join("jm-c.log"));
+    let _tm_c = taskmanager(&rpc_c, 2);
+    let rerun = wait_job(&rest_c, Duration::from_secs(60), |j| {
+        j["restored-from-operation-log"].is_null()
+            && matches!(j["state"].as_str(), Some("FINISHED" | "FAILED"))
+    });
+    assert_eq!(rerun["state"], "FINISHED", "{rerun}");
+    assert_ne!(rerun["jid"], finished["jid"]);
+    common::assert_batch_output(&output, &reference);
+    assert_eq!(leader_epochs(&dir), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
