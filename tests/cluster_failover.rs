@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ fn cluster(name: &str, taskmanagers: u32, slots: u32) -> (LocalCluster, std::pat
         slots,
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(2),
+        job_file: None,
     };
     (LocalCluster::start(&spec).unwrap(), dir)
 }
@@ -149,18 +150,6 @@ fn seed_example_placement_shows_in_the_rest_api_and_cancel_works() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Word counts of the pipeline job's generator lines 0..records, computed without Floe's operators.
-fn pipeline_reference(seed: u64, records: u64) -> HashMap<String, u64> {
-    let (cdf, words) = floe_datastream::generator_vocabulary();
-    let mut counts = HashMap::new();
-    for i in 0..records {
-        for w in floe_datastream::generator_line(seed, i, &cdf, &words).split(' ') {
-            *counts.entry(w.to_string()).or_insert(0) += 1;
-        }
-    }
-    counts
-}
-
 #[test]
 fn taskmanager_killed_mid_batch_job_restarts_only_affected_regions() {
     let (cluster, dir) = cluster("kill", 3, 2);
@@ -219,7 +208,7 @@ fn taskmanager_killed_mid_batch_job_restarts_only_affected_regions() {
         "{}",
         serde_json::to_string_pretty(&end).unwrap()
     );
-    assert_batch_output(&out, &pipeline_reference(42, records));
+    assert_batch_output(&out, &common::pipeline_reference(42, records));
 
     let mut restarted = Vec::new();
     for (name, s) in subtasks(&end) {

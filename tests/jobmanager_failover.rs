@@ -215,3 +215,116 @@ fn a_restarted_jobmanager_does_not_run_a_finished_job_again() {
     assert_eq!(leader_epochs(&dir), 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Process ids whose command line contains every one of `parts`.
+fn pids_with(parts: &[&str]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if parts.iter().all(|p| cmdline.contains(p)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
+    let dir = common::scratch("run-jm-kill");
+    let work = dir.join("work");
+    let output = dir.join("out");
+    // A rate-limited generator: about 3 s of work, so the JobManager dies mid-job.
+    let records = 60_000;
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"20000\"]\n    parallelism: 2\n    mode: batch\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration: {{ heartbeat.timeout: \"2 s\" }}\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let stderr = dir.join("run.stderr");
+    let mut run = Proc(
+        Command::new(common::FLOE)
+            .args(["run", "-f"])
+            .arg(&manifest)
+            .arg("--work-dir")
+            .arg(&work)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    // Wait until the job runs, then SIGKILL the JobManager.
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    let started = Instant::now();
+    let rest = loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(rest) = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .map(|w| w.trim_end_matches(','))
+        {
+            break rest.to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no cluster line: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let running = wait_job(&rest, Duration::from_secs(20), |j| j["state"] == "RUNNING");
+    let pids = pids_with(&["jobmanager", &job_file]);
+    assert_eq!(pids.len(), 1, "one JobManager process: {pids:?}");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pids[0].to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let killed = Instant::now();
+    // The restarted JobManager answers on the same REST port with the same job, running again.
+    let again = loop {
+        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
+            && let Some(state) = list["jobs"].get(0).and_then(|j| j["status"].as_str())
+            && matches!(state, "RUNNING" | "FINISHED")
+            && !pids_with(&["jobmanager", &job_file]).contains(&pids[0])
+        {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the job did not run again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "JobManager failover under floe run: job RUNNING again {:.2} s after SIGKILL",
+        again.as_secs_f64()
+    );
+
+    let status = run.0.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut run.0.stdout.take().unwrap(), &mut out).unwrap();
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(status.success(), "floe run failed: {out}\n{err}");
+    assert!(out.contains("FINISHED"), "{out}");
+    assert!(err.contains("starting it again on the same ports"), "{err}");
+    assert!(
+        out.contains(running["jid"].as_str().unwrap()),
+        "the same job finished: {out}"
+    );
+    common::assert_batch_output(&output, &common::pipeline_reference(42, records));
+    let new_pids = pids_with(&["jobmanager", &job_file]);
+    assert!(
+        new_pids.is_empty(),
+        "floe run left a JobManager behind: {new_pids:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,25 +123,30 @@ pub fn wordcount_manifest(
 
 /// Minimal HTTP/1.1 client for the REST API: (status code, JSON body).
 pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value) {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    try_http(method, address, path).unwrap_or_else(|| panic!("{method} http://{address}{path}: no answer"))
+}
+
+/// [`http`], or `None` when the server is not there (yet) or drops the connection.
+pub fn try_http(method: &str, address: &str, path: &str) -> Option<(u16, serde_json::Value)> {
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     )
-    .unwrap();
+    .ok()?;
     let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
     let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
         dechunk(body)
     } else {
         body.to_string()
     };
-    (
+    Some((
         status,
         serde_json::from_str(&body).unwrap_or(serde_json::Value::Null),
-    )
+    ))
 }
 
 fn dechunk(body: &str) -> String {
@@ -166,4 +171,16 @@ pub fn strings(v: &serde_json::Value) -> Vec<String> {
         .map(|s| s.as_str().unwrap().to_string())
         .collect()
 }
+/// Word counts of the `pipeline` job's generator lines 0..records, computed without Floe's operators.
+pub fn pipeline_reference(seed: u64, records: u64) -> HashMap<String, u64> {
+    let (cdf, words) = floe_datastream::generator_vocabulary();
+    let mut counts = HashMap::new();
+    for i in 0..records {
+        for w in floe_datastream::generator_line(seed, i, &cdf, &words).split(' ') {
+            *counts.entry(w.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
 pub mod images;

@@ -26,6 +26,9 @@ pub struct LocalCluster {
     pub rest_address: String,
     pub log_dir: PathBuf,
     processes: Vec<Process>,
+    exe: PathBuf,
+    jobmanager_args: Vec<String>,
+    jobmanager_starts: u32,
 }
 
 /// How to start a local cluster.
@@ -37,6 +40,8 @@ pub struct ClusterSpec {
     pub slots: u32,
     pub work_dir: PathBuf,
     pub heartbeat_timeout: Duration,
+    /// Application mode: the manifest the JobManager submits itself (`--job-file`).
+    pub job_file: Option<PathBuf>,
 }
 
 fn spawn(
@@ -95,13 +100,7 @@ impl LocalCluster {
         let exe = spec.exe.clone();
         let log_dir = spec.work_dir.join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("cannot create {}", log_dir.display()))?;
-        let mut cluster = LocalCluster {
-            rpc_address: String::new(),
-            rest_address: String::new(),
-            log_dir: log_dir.clone(),
-            processes: Vec::new(),
-        };
-        let jm_args = vec![
+        let mut jm_args = vec![
             "jobmanager".to_string(),
             "--rpc-address".into(),
             "127.0.0.1:0".into(),
@@ -110,6 +109,19 @@ impl LocalCluster {
             "--heartbeat-timeout-ms".into(),
             spec.heartbeat_timeout.as_millis().to_string(),
         ];
+        if let Some(file) = &spec.job_file {
+            jm_args.push("--job-file".into());
+            jm_args.push(file.display().to_string());
+        }
+        let mut cluster = LocalCluster {
+            rpc_address: String::new(),
+            rest_address: String::new(),
+            log_dir: log_dir.clone(),
+            processes: Vec::new(),
+            exe: exe.clone(),
+            jobmanager_args: jm_args.clone(),
+            jobmanager_starts: 1,
+        };
         let (jm, out) = spawn(&exe, "jobmanager", &jm_args, &log_dir)?;
         cluster.processes.push(jm);
         let line = first_line(out, "jobmanager", &log_dir)?;
@@ -146,6 +158,42 @@ impl LocalCluster {
             first_line(out, &name, &log_dir)?;
         }
         Ok(cluster)
+    }
+
+    /// How the JobManager ended, if it did.
+    pub fn jobmanager_exited(&mut self) -> Option<std::process::ExitStatus> {
+        let jm = self.processes.iter_mut().find(|p| p.name == "jobmanager")?;
+        jm.child.try_wait().ok().flatten()
+    }
+
+    /// Starts the JobManager again on the same ports (TaskManagers reconnect to it on their own).
+    /// Its log goes to `jobmanager-{n}.log`.
+    pub fn restart_jobmanager(&mut self) -> anyhow::Result<()> {
+        self.processes.retain(|p| p.name != "jobmanager");
+        self.jobmanager_starts += 1;
+        let mut args = self.jobmanager_args.clone();
+        for (flag, address) in [
+            ("--rpc-address", &self.rpc_address),
+            ("--rest-address", &self.rest_address),
+        ] {
+            if let Some(i) = args.iter().position(|a| a == flag) {
+                args[i + 1] = address.clone();
+            }
+        }
+        let log_name = format!("jobmanager-{}", self.jobmanager_starts);
+        let (mut jm, out) = spawn(&self.exe, &log_name, &args, &self.log_dir)?;
+        jm.name = "jobmanager".into();
+        self.processes.insert(0, jm);
+        first_line(out, &log_name, &self.log_dir)?;
+        Ok(())
+    }
+
+    /// The JobManager's process id (tests kill it).
+    pub fn jobmanager_pid(&self) -> Option<u32> {
+        self.processes
+            .iter()
+            .find(|p| p.name == "jobmanager")
+            .map(|p| p.child.id())
     }
 
     /// Process ids of the TaskManagers, in start order (tests kill one).

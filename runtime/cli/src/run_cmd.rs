@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use floe_manifest::FlinkJob;
 use floe_proto::v1::job_manager_client::JobManagerClient;
-use floe_proto::v1::{GetJobStatusRequest, JobStatusResponse, SubmitJobRequest};
+use floe_proto::v1::{GetJobStatusRequest, JobStatusResponse};
 
 use crate::local_cluster::{ClusterSpec, LocalCluster};
 
@@ -58,7 +58,35 @@ fn progress_line(s: &JobStatusResponse, elapsed: Duration) -> String {
     )
 }
 
-/// Runs a manifest on a fresh local cluster and returns how the job ended.
+/// The manifest the local JobManager runs in application mode: job storage in the work directory
+/// (the manifest's `spec.storage` is the cluster's; a laptop keeps its own), and a uid naming this run,
+/// so a JobManager restarted during the run resumes this run's job and a new `floe run` starts anew.
+fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let work_dir = std::path::absolute(work_dir).context("work directory")?;
+    let storage = work_dir.join("storage");
+    std::fs::create_dir_all(&storage).with_context(|| format!("cannot create {}", storage.display()))?;
+    let mut local = job.clone();
+    local.spec.storage = Some(floe_manifest::StorageSpec {
+        url: format!("file://{}", storage.display()),
+    });
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    local.metadata.uid = Some(format!("floe-run-{}-{nanos}", std::process::id()));
+    local.status = None;
+    let path = work_dir.join("flinkjob.yaml");
+    std::fs::write(&path, serde_yaml::to_string(&local)?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// How many times `floe run` restarts a JobManager that died, as a Deployment would.
+const JOBMANAGER_RESTARTS: u32 = 3;
+
+/// Runs a manifest on a fresh local cluster and returns how the job ended. The JobManager runs the
+/// job in application mode with an operation log in the work directory; if it dies, it is started
+/// again on the same ports and resumes the job from the log.
 pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> {
     let spec = ClusterSpec {
         exe: std::env::current_exe().context("cannot find the floe binary")?,
@@ -71,9 +99,10 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
             .get("heartbeat.timeout")
             .and_then(|v| floe_jobmanager::job::parse_duration(v))
             .unwrap_or(Duration::from_secs(10)),
+        job_file: Some(local_manifest(job, work_dir)?),
     };
     let started = Instant::now();
-    let cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;
+    let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;
     eprintln!(
         "Local cluster: JobManager rpc {} REST http://{}, {} TaskManager(s) x {} slots (logs: {})",
         cluster.rpc_address,
@@ -82,30 +111,51 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
         job.spec.task_manager.slots,
         cluster.log_dir.display()
     );
-    let mut client = JobManagerClient::connect(format!("http://{}", cluster.rpc_address))
+    let endpoint = format!("http://{}", cluster.rpc_address);
+    let mut client = JobManagerClient::connect(endpoint.clone())
         .await
         .context("cannot reach the local JobManager")?;
-    let submitted = client
-        .submit_job(SubmitJobRequest {
-            job_name: job.spec.job.name.clone(),
-            args: job.spec.job.args.clone(),
-            configuration: job.job_configuration().into_iter().collect(),
-        })
-        .await
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
-        .into_inner();
-    let job_id = submitted.job_id;
-    eprintln!("Submitted job {} ({job_id})", job.spec.job.name);
     let tty = std::io::stderr().is_terminal();
     let mut last_print = Instant::now() - Duration::from_secs(60);
+    let mut job_id = String::new();
+    let mut restarts = 0;
     let status = loop {
-        let s = client
+        let s = match client
             .get_job_status(GetJobStatusRequest {
                 job_id: job_id.clone(),
             })
             .await
-            .map_err(|s| anyhow::anyhow!("lost the JobManager: {}", s.message()))?
-            .into_inner();
+        {
+            Ok(s) => s.into_inner(),
+            Err(status) => {
+                let Some(exit) = cluster.jobmanager_exited() else {
+                    // Alive but not answering yet (starting): ask again.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                if restarts == JOBMANAGER_RESTARTS {
+                    anyhow::bail!(
+                        "the JobManager died {} times ({exit}); last answer: {}; logs in {}",
+                        restarts + 1,
+                        status.message(),
+                        cluster.log_dir.display()
+                    );
+                }
+                restarts += 1;
+                eprintln!(
+                    "\nJobManager {exit}; starting it again on the same ports (it resumes the job from its log)"
+                );
+                tokio::task::block_in_place(|| cluster.restart_jobmanager())?;
+                client = JobManagerClient::connect(endpoint.clone())
+                    .await
+                    .context("cannot reach the restarted JobManager")?;
+                continue;
+            }
+        };
+        if job_id.is_empty() {
+            job_id = s.job_id.clone();
+            eprintln!("Submitted job {} ({job_id})", job.spec.job.name);
+        }
         let terminal = matches!(s.status.as_str(), "FINISHED" | "FAILED" | "CANCELED");
         // On a terminal a line redrawn in place; in a log one line every few seconds.
         if tty {

@@ -671,12 +671,37 @@ impl JobManagerRpc for JobManager {
         &self,
         request: Request<pb::GetJobStatusRequest>,
     ) -> Result<Response<pb::JobStatusResponse>, Status> {
-        let job_id = request.into_inner().job_id;
+        let mut job_id = request.into_inner().job_id;
         let state = self.state();
-        let job = state
-            .jobs
-            .get(&job_id)
-            .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))?;
+        // An empty id asks for the newest job: a JobManager in application mode runs one.
+        if job_id.is_empty() {
+            let newest = state
+                .jobs
+                .iter()
+                .max_by_key(|(_, j)| j.start_time_ms)
+                .map(|(id, _)| id);
+            let ended = state
+                .ended
+                .iter()
+                .max_by_key(|(_, j)| j.start_time_ms)
+                .map(|(id, _)| id);
+            job_id = newest
+                .or(ended)
+                .cloned()
+                .ok_or_else(|| Status::not_found("this JobManager has no job"))?;
+        }
+        let Some(job) = state.jobs.get(&job_id) else {
+            let ended = state
+                .ended
+                .get(&job_id)
+                .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))?;
+            return Ok(Response::new(pb::JobStatusResponse {
+                job_id,
+                status: ended.status.clone(),
+                failure: ended.failure.clone().unwrap_or_default(),
+                ..pb::JobStatusResponse::default()
+            }));
+        };
         let (total, finished) = job.master.progress();
         Ok(Response::new(pb::JobStatusResponse {
             job_id,

@@ -373,6 +373,29 @@ async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Ch
     }
 }
 
+impl TaskManager {
+    /// Aborts every task and releases every job's partitions: what a TaskManager does when the
+    /// JobManager it worked for no longer knows it. A restarted job's attempts may reuse attempt
+    /// numbers, so nothing of the old run may linger.
+    fn forget_all(&self) {
+        let tasks: Vec<RunningTask> = lock(&self.inner.tasks).drain().map(|(_, t)| t).collect();
+        for t in &tasks {
+            t.abort.abort();
+        }
+        let jobs: Vec<String> = lock(&self.inner.jobs).drain().map(|(id, _)| id).collect();
+        for job in &jobs {
+            self.inner.shuffle.release_job(job);
+        }
+        if !tasks.is_empty() || !jobs.is_empty() {
+            tracing::info!(
+                tasks = tasks.len(),
+                jobs = jobs.len(),
+                "dropped the work of the previous JobManager"
+            );
+        }
+    }
+}
+
 /// Runs a TaskManager until its server stops: serve, register, heartbeat.
 pub async fn run(config: TaskManagerConfig) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -442,7 +465,12 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
             };
             match beat.inner.jobmanager.clone().heartbeat(request).await {
                 Ok(r) if !r.get_ref().known => {
-                    tracing::warn!("JobManager does not know this TaskManager; registering again");
+                    // A new JobManager (the old one died) or one that declared this TaskManager lost:
+                    // either way nobody tracks the tasks running here any more.
+                    tracing::warn!(
+                        "JobManager does not know this TaskManager; dropping its tasks and registering again"
+                    );
+                    beat.forget_all();
                     let _ = beat
                         .inner
                         .jobmanager
