@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::Command;
 
 use floe_storage::ObjectStore;
 use floe_storage::testing::MotoServer;
@@ -62,13 +61,7 @@ fn wordcount_on_s3(server: &MotoServer, mode: &str, parallelism: u32, mib: u64) 
         2,
         &conf,
     );
-    let out = Command::new(common::FLOE)
-        .args(["run", "-f"])
-        .arg(&manifest)
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .output()
-        .unwrap();
+    let out = common::floe_run(&manifest, &dir.join("work"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!(
@@ -101,12 +94,7 @@ fn wordcount_on_s3(server: &MotoServer, mode: &str, parallelism: u32, mib: u64) 
 
 fn main() {
     let args = Arguments::from_args();
-    let moto = MotoServer::available();
-    let required = std::env::var_os("FLOE_REQUIRE_MOTO").is_some();
-    if !moto && !required {
-        eprintln!("SKIPPED: s3 wordcount (moto_server not found: pip install \"moto[server]\")");
-    }
-    let server = (moto || required).then(|| std::sync::Arc::new(MotoServer::start("floe-data")));
+    let server = MotoServer::for_tests("s3 wordcount", "floe-data");
     let trials = [("batch", 4, 12), ("streaming", 2, 2)]
         .into_iter()
         .map(|(mode, p, mib)| {

@@ -21,13 +21,7 @@ fn run_wordcount(name: &str, mode: &str, parallelism: u32, shuffle_mode: Option<
     let replicas = if parallelism > 1 { 2 } else { 1 };
     let slots = parallelism.div_ceil(replicas);
     let manifest = wordcount_manifest(&dir, input, &out, mode, parallelism, replicas, slots, &conf);
-    let result = Command::new(FLOE)
-        .args(["run", "-f"])
-        .arg(&manifest)
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .output()
-        .unwrap();
+    let result = floe_run(&manifest, &dir.join("work"));
     let stdout = String::from_utf8_lossy(&result.stdout);
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(
@@ -121,13 +115,7 @@ fn unknown_job_fails_with_the_registered_names() {
         .unwrap()
         .replace("name: wordcount\n    args", "name: wordcont\n    args");
     std::fs::write(&manifest, text).unwrap();
-    let result = Command::new(FLOE)
-        .args(["run", "-f"])
-        .arg(&manifest)
-        .arg("--work-dir")
-        .arg(dir.join("work"))
-        .output()
-        .unwrap();
+    let result = floe_run(&manifest, &dir.join("work"));
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert_ne!(result.status.code(), Some(0));
     assert!(

@@ -121,6 +121,17 @@ pub fn wordcount_manifest(
     path
 }
 
+/// `floe run -f MANIFEST --work-dir WORK`, to the end.
+pub fn floe_run(manifest: &Path, work_dir: &Path) -> std::process::Output {
+    std::process::Command::new(FLOE)
+        .args(["run", "-f"])
+        .arg(manifest)
+        .arg("--work-dir")
+        .arg(work_dir)
+        .output()
+        .unwrap()
+}
+
 /// Minimal HTTP/1.1 client for the REST API: (status code, JSON body).
 pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value) {
     try_http(method, address, path).unwrap_or_else(|| panic!("{method} http://{address}{path}: no answer"))

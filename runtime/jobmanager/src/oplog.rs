@@ -155,6 +155,8 @@ pub async fn resume(
     }
     let has_current = logged.iter().any(|j| j.generation >= generation);
     if let Some(app) = application.filter(|_| !has_current) {
+        // A job that cannot be built is refused before it reaches the log.
+        jm.check(&app.job)?;
         let id = JobManager::new_job_id();
         // Logged before it runs: a JobManager that dies right after still knows the job.
         log.append(&[Event::JobSubmitted {

@@ -194,6 +194,19 @@ impl JobManager {
         new_id(now_ms())
     }
 
+    /// Builds a job's graph without submitting it: whether the registry knows the job and its
+    /// arguments are valid.
+    pub fn check(&self, args: &JobArgs) -> Result<()> {
+        self.inner
+            .registry
+            .build(args)
+            .map(|_| ())
+            .map_err(|e| Error::JobBuild {
+                job: args.name.clone(),
+                message: e.to_string(),
+            })
+    }
+
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
     pub fn submit_with_id(&self, args: JobArgs, id: String) -> Result<String> {
         let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {

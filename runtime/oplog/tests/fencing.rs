@@ -142,12 +142,7 @@ fn run(scenario: Scenario, store: ObjectStore) -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
-    let moto = MotoServer::available();
-    let required = std::env::var_os("FLOE_REQUIRE_MOTO").is_some();
-    if !moto && !required {
-        eprintln!("SKIPPED: s3 cases (moto_server not found: pip install \"moto[server]\")");
-    }
-    let server = (moto || required).then(|| Arc::new(MotoServer::start("floe-oplog")));
+    let server = MotoServer::for_tests("s3 cases", "floe-oplog");
     let mut trials = Vec::new();
     for (i, (name, scenario)) in scenarios().into_iter().enumerate() {
         trials.push(Trial::test(format!("file/{name}"), move || {

@@ -28,6 +28,18 @@ impl MotoServer {
             .is_ok_and(|s| s.success())
     }
 
+    /// The server a test binary's S3 cases share: started when `moto_server` exists or
+    /// `FLOE_REQUIRE_MOTO` is set (CI: then a missing server fails the cases); otherwise `None`, after
+    /// printing `SKIPPED: {what} ...`, so the caller reports those cases as ignored, not passed.
+    pub fn for_tests(what: &str, bucket: &str) -> Option<std::sync::Arc<MotoServer>> {
+        let required = std::env::var_os("FLOE_REQUIRE_MOTO").is_some();
+        if !Self::available() && !required {
+            eprintln!("SKIPPED: {what} (moto_server not found: pip install \"moto[server]\")");
+            return None;
+        }
+        Some(std::sync::Arc::new(MotoServer::start(bucket)))
+    }
+
     /// Starts moto and creates `bucket`.
     pub fn start(bucket: &str) -> MotoServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
