@@ -34,15 +34,13 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
     let Some(manifest) = manifest else {
         return Ok(jm.serve().await?);
     };
-    let Some(storage) = &manifest.spec.storage else {
+    let namespace = manifest.metadata.namespace.as_deref().unwrap_or("default");
+    let Some(job_storage) = manifest.spec.job_storage_url(namespace, manifest.name()) else {
         let id = jm.submit(job_args(&manifest))?;
         tracing::info!(job = %id, "submitted the job of {}", manifest.name());
         return Ok(jm.serve().await?);
     };
-    let namespace = manifest.metadata.namespace.as_deref().unwrap_or("default");
-    let store = ObjectStore::open(&storage.url, &manifest.job_configuration())
-        .context("spec.storage.url")?
-        .scoped(&format!("{namespace}/{}", manifest.name()));
+    let store = ObjectStore::open(&job_storage, &manifest.job_configuration()).context("spec.storage.url")?;
     let (mut log, replayed) =
         OperationLog::acquire::<floe_jobmanager::oplog::Event>(store, &holder()).await?;
     tracing::info!(

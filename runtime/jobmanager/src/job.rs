@@ -174,12 +174,22 @@ pub struct JobMaster {
     pub counters: Vec<TaskCounters>,
     /// Counters of attempts that ended, so progress never goes backwards across restarts.
     pub finished_records: u64,
+    /// `shuffle.remote.enabled`: blocking partitions go to object storage and outlive TaskManagers.
+    pub remote_shuffle: bool,
 }
 
 impl JobMaster {
     /// A job in CREATED, not yet placed.
     pub fn new(id: String, args: JobArgs, job_graph: JobGraph, fingerprint: String) -> Result<Self> {
         let restart = RestartStrategy::from_configuration(&args.configuration)?;
+        let remote_shuffle =
+            floe_shuffle::remote_shuffle_enabled(&args.configuration).map_err(|e| match e {
+                floe_shuffle::Error::Config { key, message } => Error::Config { key, message },
+                other => Error::Config {
+                    key: floe_shuffle::REMOTE_SHUFFLE_KEY.into(),
+                    message: other.to_string(),
+                },
+            })?;
         let graph = ExecutionGraph::new(job_graph);
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
@@ -208,6 +218,7 @@ impl JobMaster {
             location: vec![None; n],
             counters: vec![TaskCounters::default(); n],
             finished_records: 0,
+            remote_shuffle,
         })
     }
 
@@ -287,14 +298,14 @@ impl JobMaster {
                 }
             }
             for p in self.graph.produced_partitions(v).collect::<Vec<_>>() {
-                let kind = if self.graph.result(p.result).partition_type.is_blocking() {
-                    PartitionKind::Blocking
-                } else {
-                    PartitionKind::Pipelined
+                let kind = self.partition_kind(p.result);
+                let address = match kind {
+                    PartitionKind::Remote => floe_shuffle::OBJECT_STORAGE_ADDRESS.to_string(),
+                    _ => slot.address.clone(),
                 };
                 let id = self.partition_id(p);
                 self.shuffle
-                    .register_partition(id, slot.taskmanager.clone(), slot.address.clone(), kind);
+                    .register_partition(id, slot.taskmanager.clone(), address, kind);
             }
             self.location[global] = Some(slot);
             self.counters[global] = TaskCounters::default();
@@ -312,6 +323,19 @@ impl JobMaster {
                 }
             })
             .collect()
+    }
+
+    /// How a result's partitions are exchanged: pipelined, or blocking on the TaskManager, or
+    /// blocking in object storage when remote shuffle is on.
+    fn partition_kind(&self, result: floe_scheduler::job_graph::ResultIndex) -> PartitionKind {
+        match (
+            self.graph.result(result).partition_type.is_blocking(),
+            self.remote_shuffle,
+        ) {
+            (false, _) => PartitionKind::Pipelined,
+            (true, false) => PartitionKind::Blocking,
+            (true, true) => PartitionKind::Remote,
+        }
     }
 
     fn deployment(&self, v: ExecutionVertexId) -> Deployment {
@@ -358,11 +382,7 @@ impl JobMaster {
                 OutputSpec {
                     partition: self.partition_id(p),
                     num_subpartitions,
-                    kind: if result.partition_type.is_blocking() {
-                        PartitionKind::Blocking
-                    } else {
-                        PartitionKind::Pipelined
-                    },
+                    kind: self.partition_kind(p.result),
                 }
             })
             .collect();

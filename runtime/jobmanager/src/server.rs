@@ -332,9 +332,28 @@ impl JobManager {
                     });
                 }
                 Action::Release { job_id, addresses } => {
+                    let mut remote_storage = None;
                     if let Some(job) = this.state().jobs.get_mut(&job_id) {
                         job.end_time_ms.get_or_insert_with(now_ms);
                         tracing::info!(job = %job_id, status = %job.master.status, "job ended");
+                        let conf = &job.master.args.configuration;
+                        if job.master.remote_shuffle {
+                            remote_storage = conf
+                                .get(floe_shuffle::JOB_STORAGE_KEY)
+                                .map(|url| (url.clone(), conf.clone()));
+                        }
+                    }
+                    if let Some((url, conf)) = remote_storage {
+                        let job_id = job_id.clone();
+                        tokio::spawn(async move {
+                            let deleted = match floe_storage::ObjectStore::open(&url, &conf) {
+                                Ok(store) => store.scoped("shuffle").delete_all(&job_id).await,
+                                Err(e) => Err(e),
+                            };
+                            if let Err(e) = deleted {
+                                tracing::warn!(job = %job_id, "could not delete remote partitions: {e}");
+                            }
+                        });
                     }
                     tokio::spawn(async move {
                         for address in addresses {
@@ -555,7 +574,7 @@ fn to_proto(d: &Deployment) -> pb::TaskDeployment {
             .map(|o| pb::OutputDeployment {
                 partition: Some(partition_to_proto(&o.partition)),
                 num_subpartitions: o.num_subpartitions,
-                blocking: o.kind == floe_shuffle::PartitionKind::Blocking,
+                blocking: o.kind != floe_shuffle::PartitionKind::Pipelined,
             })
             .collect(),
     }

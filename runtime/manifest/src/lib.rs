@@ -388,9 +388,15 @@ impl FlinkJob {
             .saturating_mul(self.spec.task_manager.slots)
     }
 
-    /// The configuration a job is submitted with (see [`FlinkJobSpec::job_configuration`]).
+    /// The configuration a job is submitted with (see [`FlinkJobSpec::job_configuration`]), plus
+    /// `floe.job-storage.url` when the manifest has storage.
     pub fn job_configuration(&self) -> BTreeMap<String, String> {
-        self.spec.job_configuration()
+        let mut conf = self.spec.job_configuration();
+        let namespace = self.metadata.namespace.as_deref().unwrap_or("default");
+        if let Some(url) = self.spec.job_storage_url(namespace, self.name()) {
+            conf.insert("floe.job-storage.url".into(), url);
+        }
+        conf
     }
 }
 
@@ -479,6 +485,13 @@ impl FlinkJobSpec {
         };
         conf.insert("parallelism.default".into(), parallelism);
         conf
+    }
+
+    /// The job's storage prefix, `{storage.url}/{namespace}/{name}`: where its operation log,
+    /// checkpoints and remote partitions live.
+    pub fn job_storage_url(&self, namespace: &str, name: &str) -> Option<String> {
+        let url = &self.storage.as_ref()?.url;
+        Some(format!("{}/{namespace}/{name}", url.trim_end_matches('/')))
     }
 }
 

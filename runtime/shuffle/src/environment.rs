@@ -87,6 +87,8 @@ impl ShuffleEnvironment {
                 let (partition, writer) = BlockingPartition::create(&id, num_subpartitions, &shared.config)?;
                 (Partition::Blocking(partition), Box::new(writer))
             }
+            // Needs object storage: `create_remote_writer`.
+            PartitionKind::Remote => return Err(Error::NoStorage(id.to_string())),
         };
         let mut partitions = lock(&shared.partitions);
         if partitions.contains_key(&id) {
@@ -98,7 +100,36 @@ impl ShuffleEnvironment {
 
     /// A gate over `channels`, merged in arrival order. Connects when first polled.
     pub fn create_input_gate(&self, channels: Vec<InputChannelSpec>) -> Box<dyn InputGate> {
-        Box::new(RemoteInputGate::new(self.shared.clone(), channels))
+        self.create_input_gate_with_storage(channels, None)
+    }
+
+    /// [`ShuffleEnvironment::create_input_gate`] whose channels may also name remote partitions
+    /// ([`crate::OBJECT_STORAGE_ADDRESS`]), read from `storage` (the job's `shuffle/` prefix).
+    pub fn create_input_gate_with_storage(
+        &self,
+        channels: Vec<InputChannelSpec>,
+        storage: Option<floe_storage::ObjectStore>,
+    ) -> Box<dyn InputGate> {
+        Box::new(RemoteInputGate::new(self.shared.clone(), channels, storage))
+    }
+
+    /// A writer for a remote partition: written to local disk like a blocking one, uploaded to
+    /// `storage` (the job's `shuffle/` prefix) when finished. It is not served by this TaskManager.
+    pub fn create_remote_writer(
+        &self,
+        id: ResultPartitionId,
+        num_subpartitions: u32,
+        storage: floe_storage::ObjectStore,
+    ) -> Result<Box<dyn PartitionWriter>> {
+        check_job_id(&id.job_id)?;
+        let (partition, local) = BlockingPartition::create(&id, num_subpartitions, &self.shared.config)?;
+        Ok(Box::new(crate::remote::RemoteWriter {
+            id,
+            local,
+            partition,
+            store: storage,
+            num_subpartitions,
+        }))
     }
 
     /// The `Shuffle` gRPC service serving this TaskManager's partitions; add it to the TaskManager's

@@ -55,6 +55,20 @@ pub enum Error {
     },
     #[error("partition {0} was released")]
     Released(String),
+    /// A remote partition could not be written to or read from object storage.
+    #[error("remote partition {partition}: {source}")]
+    Storage {
+        partition: String,
+        /// Boxed: storage errors carry opendal's context and would make every shuffle result large.
+        #[source]
+        source: Box<floe_storage::Error>,
+    },
+    /// A channel names object storage, but the task was given none (`shuffle.remote.enabled` without
+    /// a storage URL).
+    #[error("partition {0} is in object storage, but this task has no storage configured")]
+    NoStorage(String),
+    #[error("invalid configuration {key}: {message}")]
+    Config { key: String, message: String },
 }
 
 impl Error {
@@ -66,7 +80,7 @@ impl Error {
                 | Error::Unavailable { .. }
                 | Error::PartitionNotFound(_)
                 | Error::SubpartitionBusy { .. }
-        )
+        ) || matches!(self, Error::Storage { source, .. } if source.is_retryable())
     }
 
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {

@@ -21,10 +21,11 @@ use tonic::{Code, Status, Streaming};
 use crate::environment::Shared;
 use crate::memory::TrackedBuffer;
 use crate::partition::lock;
-use crate::{Error, InputChannelSpec, InputGate, Result, ResultPartitionId};
+use crate::{Error, InputChannelSpec, InputGate, OBJECT_STORAGE_ADDRESS, Result, ResultPartitionId};
 use floe_proto::v1::read_request::Kind;
 use floe_proto::v1::shuffle_client::ShuffleClient;
 use floe_proto::v1::{OpenSubpartition, ReadRequest, ShuffleBuffer};
+use floe_storage::ObjectStore;
 
 /// Bounds a connection attempt to a peer that drops packets instead of refusing them.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -61,14 +62,20 @@ enum GateState {
 pub(crate) struct RemoteInputGate {
     shared: Arc<Shared>,
     channels: Vec<InputChannelSpec>,
+    storage: Option<ObjectStore>,
     state: GateState,
 }
 
 impl RemoteInputGate {
-    pub(crate) fn new(shared: Arc<Shared>, channels: Vec<InputChannelSpec>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        channels: Vec<InputChannelSpec>,
+        storage: Option<ObjectStore>,
+    ) -> Self {
         RemoteInputGate {
             shared,
             channels,
+            storage,
             state: GateState::NotStarted,
         }
     }
@@ -87,7 +94,9 @@ impl RemoteInputGate {
                     subpartition,
                     index: streams,
                 };
-                if local.as_deref() == Some(spec.address.as_str()) {
+                if spec.address == OBJECT_STORAGE_ADDRESS {
+                    tasks.spawn(stream.run_remote(self.storage.clone(), tx.clone()));
+                } else if local.as_deref() == Some(spec.address.as_str()) {
                     tasks.spawn(stream.run_local(tx.clone()));
                 } else {
                     tasks.spawn(stream.run(tx.clone()));
@@ -162,6 +171,22 @@ impl InputGate for RemoteInputGate {
     }
 }
 
+/// Where an in-process stream's buffers come from.
+enum Source {
+    Local(crate::partition::SubpartitionReader),
+    Buffers(std::collections::VecDeque<Bytes>),
+}
+
+impl Source {
+    async fn next(&mut self) -> Result<crate::partition::ReadItem> {
+        use crate::partition::ReadItem;
+        match self {
+            Source::Local(reader) => reader.next().await,
+            Source::Buffers(buffers) => Ok(buffers.pop_front().map_or(ReadItem::End, ReadItem::Data)),
+        }
+    }
+}
+
 /// One (channel, subpartition) stream.
 #[derive(Debug)]
 struct Stream {
@@ -190,7 +215,6 @@ impl Stream {
     }
 
     async fn read_local(&self, events: &mpsc::UnboundedSender<Event>) -> Result<()> {
-        use crate::partition::ReadItem;
         let config = &self.shared.config;
         let deadline = Instant::now() + config.request_timeout;
         let mut backoff = config.request_backoff_initial;
@@ -205,7 +229,31 @@ impl Stream {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(config.request_backoff_max);
         };
-        let mut reader = partition.open_reader(self.subpartition)?;
+        let reader = partition.open_reader(self.subpartition)?;
+        self.pump(events, Source::Local(reader)).await
+    }
+
+    /// A remote partition: its subpartition from object storage, served with the same credit protocol.
+    async fn run_remote(self, storage: Option<ObjectStore>, events: mpsc::UnboundedSender<Event>) {
+        let result = match &storage {
+            None => Err(Error::NoStorage(self.partition.to_string())),
+            Some(store) => {
+                match crate::remote::read_subpartition(store, &self.partition, self.subpartition).await {
+                    Ok(buffers) => self.pump(&events, Source::Buffers(buffers)).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let Err(error) = result {
+            tracing::debug!(%error, "remote shuffle input channel failed");
+            let _ = events.send(Event::Failed(error));
+        }
+    }
+
+    /// Opens the stream towards the gate and hands it the source's buffers, one per credit.
+    async fn pump(&self, events: &mpsc::UnboundedSender<Event>, mut source: Source) -> Result<()> {
+        use crate::partition::ReadItem;
+        let config = &self.shared.config;
         let (credit_tx, mut credit_rx) = mpsc::unbounded_channel::<ReadRequest>();
         if events.send(Event::Opened(self.index, credit_tx)).is_err() {
             return Ok(());
@@ -221,7 +269,7 @@ impl Stream {
                     None => return Ok(()), // the gate is gone
                 }
             }
-            match reader.next().await? {
+            match source.next().await? {
                 ReadItem::Data(data) => {
                     credit -= 1;
                     let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);

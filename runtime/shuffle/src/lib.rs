@@ -25,12 +25,14 @@ mod gate;
 mod master;
 mod memory;
 mod partition;
+mod remote;
 mod server;
 
 pub use config::ShuffleConfig;
 pub use environment::ShuffleEnvironment;
 pub use error::{Error, Result};
 pub use master::{ShuffleMaster, TaskManagerShuffleMaster};
+pub use remote::{JOB_STORAGE_KEY, REMOTE_SHUFFLE_KEY, remote_shuffle_enabled, remote_storage};
 pub use server::ShuffleService;
 
 /// Identifies one attempt's output for one result: a restarted producer writes a new partition.
@@ -95,7 +97,13 @@ pub enum PartitionKind {
     Pipelined,
     /// Written to the TaskManager's local disk; readable (again and again) once finished.
     Blocking,
+    /// Blocking, and uploaded to object storage when finished: it outlives its TaskManager, so losing
+    /// that TaskManager does not make the partition's producer run again.
+    Remote,
 }
+
+/// The address a remote partition's consumers are given: read it from object storage.
+pub const OBJECT_STORAGE_ADDRESS: &str = "object-storage";
 
 /// What a finished partition holds: bytes per subpartition (adaptive parallelism reads this).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -14,7 +14,8 @@ use crate::{PartitionKind, PartitionStats, ResultPartitionId};
 ///   producer finished it (`mark_finished`), and the TaskManager holding it was not lost since;
 ///   pipelined partitions are never available that way: they are read while produced, once;
 /// - after `taskmanager_lost(tm)`, no partition hosted on `tm` has a location or is available again
-///   (a re-run producer registers a new attempt, which is a new id);
+///   (a re-run producer registers a new attempt, which is a new id), except finished remote
+///   partitions, which live in object storage;
 /// - after `release_job(job)`, nothing of `job` is known; the returned addresses are the live
 ///   TaskManagers that still hold its data and must be told to release it;
 /// - every method is idempotent and ignores ids it does not know.
@@ -100,13 +101,15 @@ impl ShuffleMaster for TaskManagerShuffleMaster {
     fn is_available(&self, id: &ResultPartitionId) -> bool {
         self.partitions
             .get(id)
-            .is_some_and(|p| p.kind == PartitionKind::Blocking && p.stats.is_some() && !p.lost)
+            .is_some_and(|p| p.kind != PartitionKind::Pipelined && p.stats.is_some() && !p.lost)
     }
 
     fn taskmanager_lost(&mut self, tm: &str) -> Vec<ResultPartitionId> {
         let mut lost = Vec::new();
         for (id, info) in &mut self.partitions {
-            if info.taskmanager == tm && !info.lost {
+            // A finished remote partition lives in object storage, not on the TaskManager.
+            let outlives = info.kind == PartitionKind::Remote && info.stats.is_some();
+            if info.taskmanager == tm && !info.lost && !outlives {
                 info.lost = true;
                 lost.push(id.clone());
             }
@@ -120,7 +123,7 @@ impl ShuffleMaster for TaskManagerShuffleMaster {
             if id.job_id != job_id {
                 return true;
             }
-            if !info.lost {
+            if !info.lost && info.kind != PartitionKind::Remote {
                 addresses.insert(info.address.clone());
             }
             false

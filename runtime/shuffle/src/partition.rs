@@ -296,8 +296,8 @@ impl Drop for PipelinedReader {
 /// Where each subpartition's buffers are in the data file: (offset, len) in emit order.
 #[derive(Debug)]
 pub(crate) struct BlockingIndex {
-    data_path: PathBuf,
-    entries: Vec<Vec<(u64, u64)>>,
+    pub(crate) data_path: PathBuf,
+    pub(crate) entries: Vec<Vec<(u64, u64)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -373,7 +373,7 @@ impl BlockingPartition {
     }
 
     /// Waits until the writer finished; an error if it was dropped unfinished.
-    async fn finished(&self) -> Result<Arc<BlockingIndex>> {
+    pub(crate) async fn finished(&self) -> Result<Arc<BlockingIndex>> {
         let mut state = self.state.clone();
         loop {
             if let BlockingState::Finished(index) = &*state.borrow_and_update() {

@@ -180,6 +180,9 @@ impl TaskManager {
             .get(id.vertex as usize)
             .map(|v| v.parallelism)
             .ok_or_else(|| Status::invalid_argument(format!("id.vertex: job has no vertex {}", id.vertex)))?;
+        // Remote blocking partitions: written to and read from the job storage's `shuffle/` prefix.
+        let remote = floe_shuffle::remote_storage(&args.configuration)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let mut outputs = Vec::with_capacity(d.outputs.len());
         for o in &d.outputs {
             let partition = o
@@ -191,11 +194,18 @@ impl TaskManager {
             } else {
                 PartitionKind::Pipelined
             };
-            let writer = self
-                .inner
-                .shuffle
-                .create_writer(partition.into(), o.num_subpartitions, kind)
-                .map_err(|e| Status::internal(e.to_string()))?;
+            let writer = match (&remote, kind) {
+                (Some(store), PartitionKind::Blocking) => self.inner.shuffle.create_remote_writer(
+                    partition.into(),
+                    o.num_subpartitions,
+                    store.clone(),
+                ),
+                _ => self
+                    .inner
+                    .shuffle
+                    .create_writer(partition.into(), o.num_subpartitions, kind),
+            }
+            .map_err(|e| Status::internal(e.to_string()))?;
             outputs.push(writer);
         }
         let inputs = d
@@ -213,7 +223,9 @@ impl TaskManager {
                         })
                     })
                     .collect();
-                self.inner.shuffle.create_input_gate(channels)
+                self.inner
+                    .shuffle
+                    .create_input_gate_with_storage(channels, remote.clone())
             })
             .collect();
         let metrics = Arc::new(TaskMetrics::default());
