@@ -328,3 +328,149 @@ fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The events of one epoch of a job's operation log, read straight from storage (each object: the
+/// 17-byte FLOE1 envelope header, then JSON).
+fn epoch_events(job_dir: &Path, epoch: u64) -> Vec<serde_json::Value> {
+    let dir = job_dir.join(format!("oplog/{epoch:020}"));
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    names.sort();
+    let mut events = Vec::new();
+    for name in names {
+        let bytes = std::fs::read(&name).unwrap();
+        let entry: serde_json::Value = serde_json::from_slice(&bytes[17..]).unwrap();
+        if let Some(batch) = entry["events"].as_array() {
+            events.extend(batch.iter().cloned());
+        }
+    }
+    events
+}
+
+/// Issue 5's batch failover: with remote shuffle, SIGKILL the JobManager after the first stage
+/// finished; the restarted JobManager completes the job with the correct result, and neither its REST
+/// API nor its log shows any first-stage execution running again.
+#[test]
+fn with_remote_shuffle_a_restarted_jobmanager_does_not_rerun_the_finished_first_stage() {
+    let dir = common::scratch("run-jm-kill-remote");
+    let work = dir.join("work");
+    let output = dir.join("out");
+    let records = 40_000;
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"40000\", \"--sink-delay-us\", \"400\"]\n    parallelism: 2\n    mode: batch\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration:\n    execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING\n    shuffle.remote.enabled: \"true\"\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let stderr = dir.join("run.stderr");
+    let mut run = Proc(
+        Command::new(common::FLOE)
+            .args(["run", "-f"])
+            .arg(&manifest)
+            .arg("--work-dir")
+            .arg(&work)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let rest = loop {
+        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(rest) = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("http://"))
+            .map(|w| w.trim_end_matches(','))
+        {
+            break rest.to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no cluster line: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The first stage (both sources) finished, the job goes on: kill the JobManager now.
+    let sources_done = |j: &serde_json::Value| {
+        j["vertices"][0]["subtasks"]
+            .as_array()
+            .is_some_and(|s| s.iter().all(|t| t["status"] == "FINISHED"))
+    };
+    let snapshot = wait_job(&rest, Duration::from_secs(30), |j| {
+        sources_done(j) || j["state"] != "RUNNING" && j["state"] != "CREATED"
+    });
+    assert_eq!(
+        snapshot["state"], "RUNNING",
+        "the job must still run when the JobManager dies"
+    );
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    let pids = pids_with(&["jobmanager", &job_file]);
+    assert_eq!(pids.len(), 1);
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pids[0].to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    // The restarted JobManager: the sources are finished from the log, not run.
+    let resumed = loop {
+        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
+            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
+            && !pids_with(&["jobmanager", &job_file]).contains(&pids[0])
+            && let Some((_, job)) = common::try_http("GET", &rest, &format!("/jobs/{id}"))
+            && job["vertices"].is_array()
+            && job["state"] != "CREATED"
+        {
+            break job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no restarted JobManager"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(resumed["jid"], snapshot["jid"]);
+    for s in resumed["vertices"][0]["subtasks"].as_array().unwrap() {
+        assert_eq!(s["status"], "FINISHED", "{s}");
+        assert_eq!(s["attempt"], 0, "{s}");
+        assert_eq!(s["restored-from-operation-log"], true, "{s}");
+    }
+
+    let status = run.0.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut run.0.stdout.take().unwrap(), &mut out).unwrap();
+    let err = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        status.success() && out.contains("FINISHED"),
+        "floe run failed: {out}\n{err}"
+    );
+    common::assert_batch_output(&output, &common::pipeline_reference(42, records));
+
+    // The log: epoch 1 saw both sources finish; epoch 2 logged no source execution at all.
+    let job_dir = work.join("storage/default/pipeline");
+    let source_finishes = |events: &[serde_json::Value]| {
+        events
+            .iter()
+            .filter(|e| e["event"] == "execution_finished" && e["vertex"] == 0)
+            .count()
+    };
+    assert_eq!(source_finishes(&epoch_events(&job_dir, 1)), 2);
+    let second = epoch_events(&job_dir, 2);
+    assert_eq!(source_finishes(&second), 0, "{second:?}");
+    let reduces = second
+        .iter()
+        .filter(|e| e["event"] == "execution_finished" && e["vertex"] == 2)
+        .count();
+    assert_eq!(
+        reduces, 2,
+        "the last stage ran under the new JobManager: {second:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

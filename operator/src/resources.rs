@@ -147,11 +147,12 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
     let doc = serde_json::json!({
         "apiVersion": floe_manifest::API_VERSION,
         "kind": floe_manifest::KIND,
-        // The generation tells the JobManager whether its logged job belongs to this spec or an
-        // older one (a resume after suspend is a new deployment).
+        // uid and generation tell the JobManager whether its logged job belongs to this deployment
+        // (a resume after suspend, a FlinkJob created again under the same name, are new ones).
         "metadata": ObjectMeta {
             name: Some(job.name().to_string()),
             namespace: job.metadata.namespace.clone(),
+            uid: job.metadata.uid.clone(),
             generation: job.metadata.generation,
             ..ObjectMeta::default()
         },
@@ -165,6 +166,7 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
 fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
     job.metadata.generation = None;
+    job.metadata.uid = None;
     job.spec.task_manager.replicas = 1;
     job.spec.job.state = DesiredState::Running;
     manifest_yaml(&job)

@@ -2,8 +2,8 @@
 //! operator's JobManager pods run) submits the manifest's job itself. When the manifest has
 //! `spec.storage`, the JobManager first takes the next leader epoch of the job's operation log under
 //! `{storage.url}/{namespace}/{job-name}/`, resumes what the log knows (an ended job is not run again;
-//! a newer `metadata.generation` of the FlinkJob, as after a resume, is a new deployment whose job is
-//! submitted anew), and records status changes; a JobManager fenced by a newer one exits with the reason.
+//! another uid or `metadata.generation` of the FlinkJob, as after a resume or in another `floe run`, is
+//! a new deployment whose job is submitted anew), and records status changes; a JobManager fenced by a newer one exits with the reason.
 
 use anyhow::Context;
 use floe_datastream::JobArgs;
@@ -41,8 +41,7 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
         return Ok(jm.serve().await?);
     };
     let store = ObjectStore::open(&job_storage, &manifest.job_configuration()).context("spec.storage.url")?;
-    let (mut log, replayed) =
-        OperationLog::acquire::<floe_jobmanager::oplog::Event>(store, &holder()).await?;
+    let (log, replayed) = OperationLog::acquire::<floe_jobmanager::oplog::Event>(store, &holder()).await?;
     tracing::info!(
         epoch = log.epoch(),
         events = replayed.events.len(),
@@ -51,10 +50,13 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
     );
     let application = floe_jobmanager::oplog::Application {
         job: job_args(&manifest),
-        generation: manifest.metadata.generation.unwrap_or(0),
+        deployment: floe_jobmanager::oplog::Application::deployment(
+            manifest.metadata.uid.as_deref(),
+            manifest.metadata.generation,
+        ),
     };
-    let known = floe_jobmanager::oplog::resume(&jm, &mut log, &replayed.events, Some(application)).await?;
-    let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone(), log, known);
+    let known = floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
+    let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone(), known);
     tokio::select! {
         served = jm.serve() => Ok(served?),
         fenced = recorder => Err(fenced.into()),

@@ -176,6 +176,21 @@ pub struct JobMaster {
     pub finished_records: u64,
     /// `shuffle.remote.enabled`: blocking partitions go to object storage and outlive TaskManagers.
     pub remote_shuffle: bool,
+    /// Executions an earlier JobManager saw finish, with what they produced (from the operation log);
+    /// when scheduling reaches them they are marked finished instead of deployed.
+    restored: BTreeMap<ExecutionVertexId, (u32, Vec<PartitionStats>)>,
+    /// Executions marked finished from the log rather than run by this JobManager.
+    pub restored_finished: Vec<ExecutionVertexId>,
+}
+
+/// One execution that finished under an earlier JobManager.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedExecution {
+    pub vertex: u32,
+    pub subtask: u32,
+    pub attempt: u32,
+    /// Bytes per subpartition of each produced partition, in produced order.
+    pub produced: Vec<Vec<u64>>,
 }
 
 impl JobMaster {
@@ -219,7 +234,33 @@ impl JobMaster {
             counters: vec![TaskCounters::default(); n],
             finished_records: 0,
             remote_shuffle,
+            restored: BTreeMap::new(),
+            restored_finished: Vec::new(),
         })
+    }
+
+    /// Takes over executions that finished under an earlier JobManager: they will not run again.
+    /// Only with remote shuffle, whose partitions outlive every process, and only for the attempt a
+    /// fresh graph starts at (their partitions are named by attempt); the rest run again.
+    pub fn restore_finished(&mut self, finished: &[FinishedExecution]) -> usize {
+        if !self.remote_shuffle {
+            return 0;
+        }
+        for f in finished {
+            let v = ExecutionVertexId::new(f.vertex, f.subtask);
+            let current = self.graph.execution_vertex(v).map(|e| e.current.attempt);
+            if current.ok() == Some(f.attempt) {
+                let stats = f
+                    .produced
+                    .iter()
+                    .map(|b| PartitionStats {
+                        bytes_per_subpartition: b.clone(),
+                    })
+                    .collect();
+                self.restored.insert(v, (f.attempt, stats));
+            }
+        }
+        self.restored.len()
     }
 
     /// Slots the job needs (slot sharing).
@@ -310,7 +351,9 @@ impl JobMaster {
             self.location[global] = Some(slot);
             self.counters[global] = TaskCounters::default();
         }
-        vertices
+        let (restored, to_deploy): (Vec<ExecutionVertexId>, Vec<ExecutionVertexId>) =
+            vertices.iter().partition(|v| self.restored.contains_key(v));
+        let mut actions: Vec<Action> = to_deploy
             .iter()
             .map(|&v| {
                 let slot = self.location[self.graph.global_index(v)]
@@ -322,7 +365,20 @@ impl JobMaster {
                     deployment: Box::new(self.deployment(v)),
                 }
             })
-            .collect()
+            .collect();
+        // Finished under an earlier JobManager: report the finish it logged, as its TaskManager did.
+        for v in restored {
+            let Some((_, produced)) = self.restored.remove(&v) else {
+                continue;
+            };
+            self.restored_finished.push(v);
+            let id = self.attempt_id(v);
+            for state in [ExecutionState::Initializing, ExecutionState::Running] {
+                let _ = self.graph.transition(v, state);
+            }
+            actions.extend(self.on_task_state(&id, ExecutionState::Finished, None, produced, None));
+        }
+        actions
     }
 
     /// How a result's partitions are exchanged: pipelined, or blocking on the TaskManager, or
@@ -402,6 +458,16 @@ impl JobMaster {
                 .execution_vertex(id.vertex)
                 .map(|e| e.current.attempt == id.attempt)
                 .unwrap_or(false)
+    }
+
+    /// The TaskManager this JobMaster deployed `id` to, if `id` is the current attempt and deployed.
+    pub fn deployed_on(&self, id: &AttemptId) -> Option<&str> {
+        if !self.is_current(id) {
+            return None;
+        }
+        self.location[self.graph.global_index(id.vertex)]
+            .as_ref()
+            .map(|slot| slot.taskmanager.as_str())
     }
 
     /// A TaskManager reported a state change. Reports about earlier attempts are ignored.

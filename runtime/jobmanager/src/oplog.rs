@@ -11,6 +11,7 @@ use floe_oplog::OperationLog;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::job::FinishedExecution;
 use crate::server::{EndedJob, JobManager};
 
 /// One logged event.
@@ -22,15 +23,26 @@ pub enum Event {
         name: String,
         args: Vec<String>,
         configuration: BTreeMap<String, String>,
-        /// The FlinkJob's `metadata.generation` it was submitted for (0 outside Kubernetes).
+        /// The deployment it was submitted for: the FlinkJob's uid and generation (see
+        /// [`Application::deployment`]).
         #[serde(default)]
-        generation: i64,
+        deployment: String,
         time_ms: u64,
     },
     JobStatusChanged {
         job_id: String,
         status: String,
         failure: Option<String>,
+        time_ms: u64,
+    },
+    /// An execution finished, with the bytes per subpartition of each partition it produced (remote
+    /// partitions: their data is in the job storage).
+    ExecutionFinished {
+        job_id: String,
+        vertex: u32,
+        subtask: u32,
+        attempt: u32,
+        produced: Vec<Vec<u64>>,
         time_ms: u64,
     },
 }
@@ -40,7 +52,9 @@ pub enum Event {
 pub struct LoggedJob {
     pub id: String,
     pub args: JobArgs,
-    pub generation: i64,
+    pub deployment: String,
+    /// Executions that finished, latest report per execution.
+    pub finished: Vec<FinishedExecution>,
     pub status: Option<String>,
     pub failure: Option<String>,
     pub submitted_ms: u64,
@@ -63,11 +77,12 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                 name,
                 args,
                 configuration,
-                generation,
+                deployment,
                 time_ms,
             } => jobs.push(LoggedJob {
                 id: job_id.clone(),
-                generation: *generation,
+                deployment: deployment.clone(),
+                finished: Vec::new(),
                 args: JobArgs {
                     name: name.clone(),
                     args: args.clone(),
@@ -90,6 +105,25 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                     j.changed_ms = *time_ms;
                 }
             }
+            Event::ExecutionFinished {
+                job_id,
+                vertex,
+                subtask,
+                attempt,
+                produced,
+                ..
+            } => {
+                if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
+                    j.finished
+                        .retain(|f| (f.vertex, f.subtask) != (*vertex, *subtask));
+                    j.finished.push(FinishedExecution {
+                        vertex: *vertex,
+                        subtask: *subtask,
+                        attempt: *attempt,
+                        produced: produced.clone(),
+                    });
+                }
+            }
         }
     }
     jobs
@@ -102,37 +136,48 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// What to run: the job of the manifest, and the manifest's generation.
+/// What to run: the job of the manifest, and which deployment of the FlinkJob this is.
 #[derive(Debug, Clone)]
 pub struct Application {
     pub job: JobArgs,
-    /// The FlinkJob's `metadata.generation`: a newer one than the logged job's is a new deployment
-    /// (a changed spec, a resume after suspend), so its job is submitted anew.
-    pub generation: i64,
+    /// `{uid}/{generation}` of the FlinkJob: a logged job of another deployment (a changed spec, a
+    /// resume after suspend, a FlinkJob deleted and created again, another `floe run`) is history,
+    /// and this deployment's job is submitted anew.
+    pub deployment: String,
+}
+
+impl Application {
+    pub fn deployment(uid: Option<&str>, generation: Option<i64>) -> String {
+        format!("{}/{}", uid.unwrap_or("-"), generation.unwrap_or(0))
+    }
 }
 
 /// Resumes what the log knows: an ended job is restored as ended, an unfinished one of the current
-/// generation runs again under its id, one of an older generation is superseded. Then submits the
-/// application's job if the log has none of its generation, logging it first. Returns the statuses
-/// the recorder starts from.
+/// deployment runs again under its id (its executions whose results are in object storage are not
+/// run again), one of another deployment is superseded. Then submits the application's job if the
+/// log has none of its deployment, logging it first. From then on the JobManager appends to `log`
+/// itself. Returns the statuses the recorder starts from.
 pub async fn resume(
     jm: &JobManager,
-    log: &mut OperationLog,
+    mut log: OperationLog,
     replayed: &[Event],
     application: Option<Application>,
 ) -> Result<BTreeMap<String, String>> {
     let logged = jobs_of(replayed);
-    let generation = application.as_ref().map_or(0, |a| a.generation);
+    let deployment = application.as_ref().map(|a| a.deployment.clone());
+    let is_current = |j: &LoggedJob| deployment.as_ref().is_none_or(|d| &j.deployment == d);
     let mut known = BTreeMap::new();
     for j in &logged {
-        let current = j.generation >= generation;
-        if j.has_ended() || !current {
+        if j.has_ended() || !is_current(j) {
             let (status, failure) = if j.has_ended() {
                 (j.status.clone().unwrap_or_default(), j.failure.clone())
             } else {
                 (
                     "CANCELED".to_string(),
-                    Some(format!("superseded by the FlinkJob's generation {generation}")),
+                    Some(format!(
+                        "superseded by deployment {}",
+                        deployment.clone().unwrap_or_default()
+                    )),
                 )
             };
             jm.restore_ended(
@@ -146,14 +191,21 @@ pub async fn resume(
                 },
             );
         } else {
-            tracing::info!(job = %j.id, "the operation log shows this job did not end: running it again");
             jm.submit_with_id(j.args.clone(), j.id.clone())?;
+            let restored = jm.restore_finished(&j.id, &j.finished);
+            tracing::info!(
+                job = %j.id,
+                restored,
+                logged = j.finished.len(),
+                "the operation log shows this job did not end: running it again; finished executions \
+                 whose results are in object storage are not run again"
+            );
         }
         if let Some(s) = &j.status {
             known.insert(j.id.clone(), s.clone());
         }
     }
-    let has_current = logged.iter().any(|j| j.generation >= generation);
+    let has_current = logged.iter().any(is_current);
     if let Some(app) = application.filter(|_| !has_current) {
         // A job that cannot be built is refused before it reaches the log.
         jm.check(&app.job)?;
@@ -164,25 +216,25 @@ pub async fn resume(
             name: app.job.name.clone(),
             args: app.job.args.clone(),
             configuration: app.job.configuration.clone(),
-            generation: app.generation,
+            deployment: app.deployment.clone(),
             time_ms: now_ms(),
         }])
         .await?;
         jm.submit_with_id(app.job, id)?;
     }
+    jm.attach_log(log).await;
     Ok(known)
 }
 
-/// Appends every job status change until the log refuses a write (this JobManager was fenced) or
-/// fails for good; returns that error. Changes are seen within 100 ms.
-pub async fn record_status_changes(
-    jm: JobManager,
-    mut log: OperationLog,
-    mut known: BTreeMap<String, String>,
-) -> Error {
+/// Appends every job status change until a log write is refused (this JobManager was fenced) and
+/// returns that error. Changes are seen within 100 ms.
+pub async fn record_status_changes(jm: JobManager, mut known: BTreeMap<String, String>) -> Error {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
+        if let Some(fatal) = jm.fatal() {
+            return Error::Serve(fatal);
+        }
         let changed: Vec<Event> = jm
             .job_statuses()
             .into_iter()
@@ -197,7 +249,7 @@ pub async fn record_status_changes(
         if changed.is_empty() {
             continue;
         }
-        match log.append(&changed).await {
+        match jm.log(&changed).await {
             Ok(()) => {
                 for e in changed {
                     if let Event::JobStatusChanged { job_id, status, .. } = e {
@@ -205,8 +257,10 @@ pub async fn record_status_changes(
                     }
                 }
             }
-            Err(e) if e.is_retryable() => tracing::warn!("operation log write failed, retrying: {e}"),
-            Err(e) => return e.into(),
+            Err(e) => match jm.fatal() {
+                Some(_) => return e,
+                None => tracing::warn!("operation log write failed, retrying: {e}"),
+            },
         }
     }
 }
@@ -222,7 +276,7 @@ mod tests {
             name: "wordcount".into(),
             args: vec![],
             configuration: BTreeMap::new(),
-            generation: 0,
+            deployment: String::new(),
             time_ms: 1,
         };
         let status = |id: &str, s: &str, t| Event::JobStatusChanged {

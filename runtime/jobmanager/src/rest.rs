@@ -90,6 +90,8 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                         "slot": loc.map(|s| s.slot),
                         "records-in": m.counters[global].records_in,
                         "records-out": m.counters[global].records_out,
+                        // Finished under an earlier JobManager; this one did not run it.
+                        "restored-from-operation-log": m.restored_finished.contains(&ev.id),
                     })
                 })
                 .collect();

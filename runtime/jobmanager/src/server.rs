@@ -106,6 +106,11 @@ struct Inner {
     config: JobManagerConfig,
     id: String,
     clients: Mutex<BTreeMap<String, TaskExecutorClient<Channel>>>,
+    /// The operation log this JobManager leads, if it has job storage. An async mutex: appends are
+    /// awaited before the JobManager acts on what they record.
+    oplog: tokio::sync::Mutex<Option<floe_oplog::OperationLog>>,
+    /// Why this JobManager must stop (it was fenced), once a log write said so.
+    fatal: Mutex<Option<String>>,
 }
 
 /// This process's peak resident memory (VmHWM), in bytes.
@@ -153,6 +158,8 @@ impl JobManager {
                 config,
                 id: new_id(std::process::id() as u64),
                 clients: Mutex::new(BTreeMap::new()),
+                oplog: tokio::sync::Mutex::new(None),
+                fatal: Mutex::new(None),
             }),
         }
     }
@@ -228,6 +235,42 @@ impl JobManager {
         );
         self.try_start_jobs();
         Ok(id)
+    }
+
+    /// From now on, events are appended to `log` before they are acted on.
+    pub async fn attach_log(&self, log: floe_oplog::OperationLog) {
+        *self.inner.oplog.lock().await = Some(log);
+    }
+
+    /// Appends events to the operation log (a no-op without one). A refused write (fenced) is
+    /// remembered: [`JobManager::fatal`] then says why this JobManager must stop.
+    pub async fn log(&self, events: &[crate::oplog::Event]) -> Result<()> {
+        let mut guard = self.inner.oplog.lock().await;
+        let Some(log) = guard.as_mut() else {
+            return Ok(());
+        };
+        match log.append(events).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if !e.is_retryable() {
+                    *self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Why this JobManager must stop, if a log write was refused.
+    pub fn fatal(&self) -> Option<String> {
+        self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Hands executions that finished under an earlier JobManager to a job not started yet.
+    pub fn restore_finished(&self, job_id: &str, finished: &[crate::job::FinishedExecution]) -> usize {
+        match self.state().jobs.get_mut(job_id) {
+            Some(job) => job.master.restore_finished(finished),
+            None => 0,
+        }
     }
 
     /// Records a job that ended under an earlier JobManager (from the operation log).
@@ -665,9 +708,24 @@ impl JobManagerRpc for JobManager {
     ) -> Result<Response<pb::Ack>, Status> {
         let r = request.into_inner();
         let id = attempt_from_proto(r.id)?;
+        if !r.taskmanager_id.is_empty() {
+            let state = self.state();
+            let deployed_there = state
+                .jobs
+                .get(&id.job_id)
+                .and_then(|j| j.master.deployed_on(&id))
+                .is_some_and(|tm| tm == r.taskmanager_id);
+            if !deployed_there {
+                // An attempt this JobManager did not deploy there: a previous JobManager's task,
+                // reported before its TaskManager noticed the change. Its numbers may collide with
+                // an attempt of this JobManager's, so it must not count.
+                tracing::debug!(attempt = ?id, taskmanager = %r.taskmanager_id, "ignoring a report about an attempt not deployed there");
+                return Ok(Response::new(pb::Ack {}));
+            }
+        }
         let state = floe_proto::convert::execution_state(r.state)
             .ok_or_else(|| Status::invalid_argument(format!("state: unknown execution state {}", r.state)))?;
-        let produced = r
+        let produced: Vec<floe_shuffle::PartitionStats> = r
             .produced
             .into_iter()
             .map(|p| floe_shuffle::PartitionStats {
@@ -679,6 +737,30 @@ impl JobManagerRpc for JobManager {
             records_out: m.records_out,
         });
         let error = (!r.error.is_empty()).then_some(r.error);
+        // A finished execution of a job with remote partitions is logged before it counts: a
+        // JobManager that takes over will not run it again.
+        let logged = state == ExecutionState::Finished
+            && self
+                .state()
+                .jobs
+                .get(&id.job_id)
+                .is_some_and(|j| j.master.remote_shuffle);
+        if logged {
+            let event = crate::oplog::Event::ExecutionFinished {
+                job_id: id.job_id.clone(),
+                vertex: id.vertex.vertex.0,
+                subtask: id.vertex.subtask,
+                attempt: id.attempt,
+                produced: produced
+                    .iter()
+                    .map(|p: &floe_shuffle::PartitionStats| p.bytes_per_subpartition.clone())
+                    .collect(),
+                time_ms: now_ms(),
+            };
+            self.log(&[event])
+                .await
+                .map_err(|e| Status::unavailable(format!("cannot log the finish: {e}")))?;
+        }
         self.task_state(&id, state, error, produced, counters);
         Ok(Response::new(pb::Ack {}))
     }

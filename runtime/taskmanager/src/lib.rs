@@ -125,6 +125,7 @@ impl TaskManager {
         metrics: Option<&TaskMetrics>,
     ) {
         let update = pb::TaskExecutionStateUpdate {
+            taskmanager_id: self.inner.id.clone(),
             id: Some(id.clone()),
             state: pb::ExecutionStateProto::from(state) as i32,
             error,
