@@ -232,36 +232,21 @@ fn pids_with(parts: &[&str]) -> Vec<u32> {
     pids
 }
 
-#[test]
-fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
-    let dir = common::scratch("run-jm-kill");
-    let work = dir.join("work");
-    let output = dir.join("out");
-    // A rate-limited generator: about 3 s of work, so the JobManager dies mid-job.
-    let records = 60_000;
-    let manifest = dir.join("job.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"20000\"]\n    parallelism: 2\n    mode: batch\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration: {{ heartbeat.timeout: \"2 s\" }}\n",
-            output.display()
-        ),
-    )
-    .unwrap();
+/// `floe run` in the background, its stderr to `dir/run.stderr`; returns it, that file, and the REST
+/// address of its JobManager (from the cluster line), which a restarted JobManager keeps.
+fn start_floe_run(dir: &Path, manifest: &Path, work: &Path) -> (Proc, PathBuf, String) {
     let stderr = dir.join("run.stderr");
-    let mut run = Proc(
+    let run = Proc(
         Command::new(common::FLOE)
             .args(["run", "-f"])
-            .arg(&manifest)
+            .arg(manifest)
             .arg("--work-dir")
-            .arg(&work)
+            .arg(work)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .unwrap(),
     );
-    // Wait until the job runs, then SIGKILL the JobManager.
-    let job_file = work.join("flinkjob.yaml").display().to_string();
     let started = Instant::now();
     let rest = loop {
         let text = std::fs::read_to_string(&stderr).unwrap_or_default();
@@ -278,7 +263,12 @@ fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let running = wait_job(&rest, Duration::from_secs(20), |j| j["state"] == "RUNNING");
+    (run, stderr, rest)
+}
+
+/// SIGKILLs the one JobManager `floe run` started for `work`; returns its pid.
+fn kill_jobmanager(work: &Path) -> u32 {
+    let job_file = work.join("flinkjob.yaml").display().to_string();
     let pids = pids_with(&["jobmanager", &job_file]);
     assert_eq!(pids.len(), 1, "one JobManager process: {pids:?}");
     assert!(
@@ -288,13 +278,50 @@ fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
             .unwrap()
             .success()
     );
+    pids[0]
+}
+
+/// Waits for `floe run` to end; returns (stdout, stderr) after checking the job FINISHED.
+fn finished_run(mut run: Proc, stderr: &Path) -> (String, String) {
+    let status = run.0.wait().unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut run.0.stdout.take().unwrap(), &mut out).unwrap();
+    let err = std::fs::read_to_string(stderr).unwrap();
+    assert!(
+        status.success() && out.contains("FINISHED"),
+        "floe run failed: {out}\n{err}"
+    );
+    (out, err)
+}
+
+#[test]
+fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
+    let dir = common::scratch("run-jm-kill");
+    let work = dir.join("work");
+    let output = dir.join("out");
+    // A rate-limited generator: about 3 s of work, so the JobManager dies mid-job.
+    let records = 60_000;
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"20000\"]\n    parallelism: 2\n    mode: batch\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration: {{ heartbeat.timeout: \"2 s\" }}\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let (run, stderr, rest) = start_floe_run(&dir, &manifest, &work);
+    // Wait until the job runs, then SIGKILL the JobManager.
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    let running = wait_job(&rest, Duration::from_secs(20), |j| j["state"] == "RUNNING");
+    let killed_pid = kill_jobmanager(&work);
     let killed = Instant::now();
     // The restarted JobManager answers on the same REST port with the same job, running again.
     let again = loop {
         if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
             && let Some(state) = list["jobs"].get(0).and_then(|j| j["status"].as_str())
             && matches!(state, "RUNNING" | "FINISHED")
-            && !pids_with(&["jobmanager", &job_file]).contains(&pids[0])
+            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
         {
             break killed.elapsed();
         }
@@ -309,12 +336,7 @@ fn floe_run_restarts_a_killed_jobmanager_and_the_job_still_finishes() {
         again.as_secs_f64()
     );
 
-    let status = run.0.wait().unwrap();
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut run.0.stdout.take().unwrap(), &mut out).unwrap();
-    let err = std::fs::read_to_string(&stderr).unwrap();
-    assert!(status.success(), "floe run failed: {out}\n{err}");
-    assert!(out.contains("FINISHED"), "{out}");
+    let (out, err) = finished_run(run, &stderr);
     assert!(err.contains("starting it again on the same ports"), "{err}");
     assert!(
         out.contains(running["jid"].as_str().unwrap()),
@@ -367,34 +389,8 @@ fn with_remote_shuffle_a_restarted_jobmanager_does_not_rerun_the_finished_first_
         ),
     )
     .unwrap();
-    let stderr = dir.join("run.stderr");
-    let mut run = Proc(
-        Command::new(common::FLOE)
-            .args(["run", "-f"])
-            .arg(&manifest)
-            .arg("--work-dir")
-            .arg(&work)
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap(),
-    );
     let started = Instant::now();
-    let rest = loop {
-        let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        if let Some(rest) = text
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .map(|w| w.trim_end_matches(','))
-        {
-            break rest.to_string();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no cluster line: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (run, stderr, rest) = start_floe_run(&dir, &manifest, &work);
     // The first stage (both sources) finished, the job goes on: kill the JobManager now.
     let sources_done = |j: &serde_json::Value| {
         j["vertices"][0]["subtasks"]
@@ -409,21 +405,13 @@ fn with_remote_shuffle_a_restarted_jobmanager_does_not_rerun_the_finished_first_
         "the job must still run when the JobManager dies"
     );
     let job_file = work.join("flinkjob.yaml").display().to_string();
-    let pids = pids_with(&["jobmanager", &job_file]);
-    assert_eq!(pids.len(), 1);
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pids[0].to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    let killed_pid = kill_jobmanager(&work);
 
     // The restarted JobManager: the sources are finished from the log, not run.
     let resumed = loop {
         if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
             && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
-            && !pids_with(&["jobmanager", &job_file]).contains(&pids[0])
+            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
             && let Some((_, job)) = common::try_http("GET", &rest, &format!("/jobs/{id}"))
             && job["vertices"].is_array()
             && job["state"] != "CREATED"
@@ -443,14 +431,7 @@ fn with_remote_shuffle_a_restarted_jobmanager_does_not_rerun_the_finished_first_
         assert_eq!(s["restored-from-operation-log"], true, "{s}");
     }
 
-    let status = run.0.wait().unwrap();
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut run.0.stdout.take().unwrap(), &mut out).unwrap();
-    let err = std::fs::read_to_string(&stderr).unwrap();
-    assert!(
-        status.success() && out.contains("FINISHED"),
-        "floe run failed: {out}\n{err}"
-    );
+    finished_run(run, &stderr);
     common::assert_batch_output(&output, &common::pipeline_reference(42, records));
 
     // The log: epoch 1 saw both sources finish; epoch 2 logged no source execution at all.
