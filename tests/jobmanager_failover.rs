@@ -453,5 +453,11 @@ fn with_remote_shuffle_a_restarted_jobmanager_does_not_rerun_the_finished_first_
         reduces, 2,
         "the last stage ran under the new JobManager: {second:?}"
     );
+    assert!(
+        second
+            .iter()
+            .any(|e| e["event"] == "job_status_changed" && e["status"] == "FINISHED"),
+        "the end is logged before floe run hears of it: {second:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,8 +55,8 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
             manifest.metadata.generation,
         ),
     };
-    let known = floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
-    let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone(), known);
+    floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
+    let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone());
     tokio::select! {
         served = jm.serve() => Ok(served?),
         fenced = recorder => Err(fenced.into()),

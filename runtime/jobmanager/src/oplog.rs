@@ -156,13 +156,13 @@ impl Application {
 /// deployment runs again under its id (its executions whose results are in object storage are not
 /// run again), one of another deployment is superseded. Then submits the application's job if the
 /// log has none of its deployment, logging it first. From then on the JobManager appends to `log`
-/// itself. Returns the statuses the recorder starts from.
+/// itself.
 pub async fn resume(
     jm: &JobManager,
     mut log: OperationLog,
     replayed: &[Event],
     application: Option<Application>,
-) -> Result<BTreeMap<String, String>> {
+) -> Result<()> {
     let logged = jobs_of(replayed);
     let deployment = application.as_ref().map(|a| a.deployment.clone());
     let is_current = |j: &LoggedJob| deployment.as_ref().is_none_or(|d| &j.deployment == d);
@@ -222,47 +222,37 @@ pub async fn resume(
         .await?;
         jm.submit_with_id(app.job, id)?;
     }
-    jm.attach_log(log).await;
-    Ok(known)
+    jm.attach_log(log, known).await;
+    Ok(())
 }
 
-/// Appends every job status change until a log write is refused (this JobManager was fenced) and
-/// returns that error. Changes are seen within 100 ms.
-pub async fn record_status_changes(jm: JobManager, mut known: BTreeMap<String, String>) -> Error {
+/// Appends every job status change (seen within 100 ms; a terminal one is also logged before a client
+/// is told about it) until a log write is refused (this JobManager was fenced); returns that error.
+pub async fn record_status_changes(jm: JobManager) -> Error {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
-        if let Some(fatal) = jm.fatal() {
-            return Error::Serve(fatal);
-        }
-        let changed: Vec<Event> = jm
-            .job_statuses()
-            .into_iter()
-            .filter(|s| known.get(&s.job_id).map(String::as_str) != Some(s.status.name()))
-            .map(|s| Event::JobStatusChanged {
-                job_id: s.job_id,
-                status: s.status.name().to_string(),
-                failure: s.failure,
-                time_ms: now_ms(),
-            })
-            .collect();
-        if changed.is_empty() {
-            continue;
-        }
-        match jm.log(&changed).await {
-            Ok(()) => {
-                for e in changed {
-                    if let Event::JobStatusChanged { job_id, status, .. } = e {
-                        known.insert(job_id, status);
-                    }
-                }
-            }
-            Err(e) => match jm.fatal() {
+        if let Err(e) = jm.log_status_changes().await {
+            match jm.fatal() {
                 Some(_) => return e,
                 None => tracing::warn!("operation log write failed, retrying: {e}"),
-            },
+            }
         }
     }
+}
+
+/// The status changes not logged yet, as events.
+pub(crate) fn status_events(jm: &JobManager, logged: &BTreeMap<String, String>) -> Vec<Event> {
+    jm.job_statuses()
+        .into_iter()
+        .filter(|s| logged.get(&s.job_id).map(String::as_str) != Some(s.status.name()))
+        .map(|s| Event::JobStatusChanged {
+            job_id: s.job_id,
+            status: s.status.name().to_string(),
+            failure: s.failure,
+            time_ms: now_ms(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

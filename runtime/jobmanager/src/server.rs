@@ -93,6 +93,13 @@ pub struct JobStatusSnapshot {
     pub failure: Option<String>,
 }
 
+/// The operation log and the last status of each job written to it.
+#[derive(Debug)]
+struct LogState {
+    log: floe_oplog::OperationLog,
+    logged_status: BTreeMap<String, String>,
+}
+
 /// Shared handle to the JobManager's state and clients.
 #[derive(Debug, Clone)]
 pub struct JobManager {
@@ -108,7 +115,7 @@ struct Inner {
     clients: Mutex<BTreeMap<String, TaskExecutorClient<Channel>>>,
     /// The operation log this JobManager leads, if it has job storage. An async mutex: appends are
     /// awaited before the JobManager acts on what they record.
-    oplog: tokio::sync::Mutex<Option<floe_oplog::OperationLog>>,
+    oplog: tokio::sync::Mutex<Option<LogState>>,
     /// Why this JobManager must stop (it was fenced), once a log write said so.
     fatal: Mutex<Option<String>>,
 }
@@ -238,17 +245,30 @@ impl JobManager {
     }
 
     /// From now on, events are appended to `log` before they are acted on.
-    pub async fn attach_log(&self, log: floe_oplog::OperationLog) {
-        *self.inner.oplog.lock().await = Some(log);
+    pub async fn attach_log(&self, log: floe_oplog::OperationLog, logged_status: BTreeMap<String, String>) {
+        *self.inner.oplog.lock().await = Some(LogState { log, logged_status });
     }
 
-    /// Appends events to the operation log (a no-op without one). A refused write (fenced) is
-    /// remembered: [`JobManager::fatal`] then says why this JobManager must stop.
-    pub async fn log(&self, events: &[crate::oplog::Event]) -> Result<()> {
+    /// Logs every job status change not logged yet (a no-op without a log).
+    pub async fn log_status_changes(&self) -> Result<()> {
         let mut guard = self.inner.oplog.lock().await;
-        let Some(log) = guard.as_mut() else {
+        let Some(state) = guard.as_mut() else {
             return Ok(());
         };
+        let events = crate::oplog::status_events(self, &state.logged_status);
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.append(&mut state.log, &events).await?;
+        for e in events {
+            if let crate::oplog::Event::JobStatusChanged { job_id, status, .. } = e {
+                state.logged_status.insert(job_id, status);
+            }
+        }
+        Ok(())
+    }
+
+    async fn append(&self, log: &mut floe_oplog::OperationLog, events: &[crate::oplog::Event]) -> Result<()> {
         match log.append(events).await {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -258,6 +278,16 @@ impl JobManager {
                 Err(e.into())
             }
         }
+    }
+
+    /// Appends events to the operation log (a no-op without one). A refused write (fenced) is
+    /// remembered: [`JobManager::fatal`] then says why this JobManager must stop.
+    pub async fn log(&self, events: &[crate::oplog::Event]) -> Result<()> {
+        let mut guard = self.inner.oplog.lock().await;
+        let Some(state) = guard.as_mut() else {
+            return Ok(());
+        };
+        self.append(&mut state.log, events).await
     }
 
     /// Why this JobManager must stop, if a log write was refused.
@@ -785,6 +815,12 @@ impl JobManagerRpc for JobManager {
         &self,
         request: Request<pb::GetJobStatusRequest>,
     ) -> Result<Response<pb::JobStatusResponse>, Status> {
+        // A job that ended is in the log before anyone hears of it (`floe run` stops the cluster
+        // as soon as it sees the end).
+        let ended = self.job_statuses().iter().any(|s| s.status.is_terminal());
+        if ended && let Err(e) = self.log_status_changes().await {
+            tracing::warn!("cannot log the job's end yet: {e}");
+        }
         let mut job_id = request.into_inner().job_id;
         let state = self.state();
         // An empty id asks for the newest job: a JobManager in application mode runs one.
