@@ -1,0 +1,272 @@
+//! Checkpoints (DESIGN.md "State and checkpoints"): [`CheckpointCoordinator`], the JobManager's pure
+//! bookkeeping of asynchronous barrier snapshots (which checkpoint is pending, who acknowledged, when it
+//! completes, which older ones it subsumes), and [`CheckpointStore`], where completed checkpoints live:
+//! `checkpoints/{job-id}/chk-{n}/_metadata` under the job storage.
+//!
+//! Read [`CheckpointCoordinator`] first. It has no I/O and no clock (times are arguments), like the
+//! scheduling core. Not wired into the JobManager and tasks yet: barriers, alignment and state
+//! backends come next.
+
+pub mod store;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+pub use store::CheckpointStore;
+
+/// Why a checkpoint operation was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Storage(#[from] floe_storage::Error),
+    #[error("checkpoint metadata {url} is corrupt: {reason}")]
+    CorruptMetadata { url: String, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A task of the job, as the coordinator names it (`vertex#subtask`).
+pub type TaskName = String;
+
+/// What one task snapshotted for one checkpoint: where its state went and how big it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSnapshot {
+    /// Objects (relative to the checkpoint directory or the shared one) holding the state.
+    pub files: Vec<String>,
+    /// Bytes this checkpoint uploaded for the task (incremental backends upload less than they hold).
+    pub uploaded_bytes: u64,
+    /// Bytes of state the task holds, including files shared with earlier checkpoints.
+    pub state_bytes: u64,
+    /// Sources: where to read on from (opaque to the coordinator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<String>,
+}
+
+/// A checkpoint every task acknowledged: what `_metadata` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletedCheckpoint {
+    pub job_id: String,
+    pub id: u64,
+    pub triggered_ms: u64,
+    pub completed_ms: u64,
+    pub tasks: BTreeMap<TaskName, TaskSnapshot>,
+}
+
+impl CompletedCheckpoint {
+    pub fn uploaded_bytes(&self) -> u64 {
+        self.tasks.values().map(|t| t.uploaded_bytes).sum()
+    }
+
+    pub fn state_bytes(&self) -> u64 {
+        self.tasks.values().map(|t| t.state_bytes).sum()
+    }
+}
+
+/// The coordinator's answer to a trigger: inject barrier `id` at these sources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trigger {
+    pub id: u64,
+    pub timestamp_ms: u64,
+    pub sources: Vec<TaskName>,
+}
+
+/// What an acknowledgement led to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acked {
+    /// Still waiting for these tasks.
+    Pending { waiting_for: usize },
+    /// Every task acknowledged: write the metadata, then call [`CheckpointCoordinator::completed`].
+    Complete(Box<CompletedCheckpoint>),
+    /// Not the pending checkpoint (aborted, or from an earlier attempt): ignore.
+    Ignored,
+}
+
+#[derive(Debug)]
+struct Pending {
+    id: u64,
+    triggered_ms: u64,
+    waiting: BTreeSet<TaskName>,
+    acked: BTreeMap<TaskName, TaskSnapshot>,
+}
+
+/// One job's checkpoints: at most one pending at a time (Flink's default
+/// `execution.checkpointing.max-concurrent-checkpoints: 1`), ids increasing, the last
+/// `num_retained` completed ones kept.
+///
+/// Invariants: a checkpoint completes only when every task of the job acknowledged it; an abort
+/// (decline, task failure) drops the pending one and its id is never reused; `completed` returns the
+/// ids that fell out of retention, oldest first, so their storage can be deleted.
+#[derive(Debug)]
+pub struct CheckpointCoordinator {
+    job_id: String,
+    tasks: BTreeSet<TaskName>,
+    sources: Vec<TaskName>,
+    num_retained: usize,
+    next_id: u64,
+    pending: Option<Pending>,
+    retained: Vec<u64>,
+}
+
+impl CheckpointCoordinator {
+    /// `next_id` continues after the latest completed checkpoint when a job is restored.
+    pub fn new(
+        job_id: &str,
+        tasks: impl IntoIterator<Item = TaskName>,
+        sources: Vec<TaskName>,
+        num_retained: usize,
+        next_id: u64,
+    ) -> Self {
+        CheckpointCoordinator {
+            job_id: job_id.to_string(),
+            tasks: tasks.into_iter().collect(),
+            sources,
+            num_retained: num_retained.max(1),
+            next_id: next_id.max(1),
+            pending: None,
+            retained: Vec::new(),
+        }
+    }
+
+    /// Starts the next checkpoint, unless one is still pending.
+    pub fn trigger(&mut self, now_ms: u64) -> Option<Trigger> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.pending = Some(Pending {
+            id,
+            triggered_ms: now_ms,
+            waiting: self.tasks.clone(),
+            acked: BTreeMap::new(),
+        });
+        Some(Trigger {
+            id,
+            timestamp_ms: now_ms,
+            sources: self.sources.clone(),
+        })
+    }
+
+    /// A task snapshotted its state for checkpoint `id`.
+    pub fn acknowledge(&mut self, id: u64, task: &str, snapshot: TaskSnapshot, now_ms: u64) -> Acked {
+        let Some(p) = self.pending.as_mut().filter(|p| p.id == id) else {
+            return Acked::Ignored;
+        };
+        if !p.waiting.remove(task) {
+            return Acked::Ignored;
+        }
+        p.acked.insert(task.to_string(), snapshot);
+        if !p.waiting.is_empty() {
+            return Acked::Pending {
+                waiting_for: p.waiting.len(),
+            };
+        }
+        let Some(p) = self.pending.take() else {
+            return Acked::Ignored;
+        };
+        Acked::Complete(Box::new(CompletedCheckpoint {
+            job_id: self.job_id.clone(),
+            id: p.id,
+            triggered_ms: p.triggered_ms,
+            completed_ms: now_ms,
+            tasks: p.acked,
+        }))
+    }
+
+    /// The metadata of `id` is written: it is now the latest checkpoint. Returns the checkpoints that
+    /// fell out of retention, oldest first.
+    pub fn completed(&mut self, id: u64) -> Vec<u64> {
+        self.retained.push(id);
+        let excess = self.retained.len().saturating_sub(self.num_retained);
+        self.retained.drain(..excess).collect()
+    }
+
+    /// A task declined or failed: the pending checkpoint (if it is `id`, or any with `None`) is
+    /// aborted. Returns the aborted id.
+    pub fn abort(&mut self, id: Option<u64>) -> Option<u64> {
+        match (&self.pending, id) {
+            (Some(p), Some(id)) if p.id != id => None,
+            (Some(_), _) => self.pending.take().map(|p| p.id),
+            (None, _) => None,
+        }
+    }
+
+    /// Completed checkpoints kept, oldest first.
+    pub fn retained(&self) -> &[u64] {
+        &self.retained
+    }
+
+    pub fn pending(&self) -> Option<u64> {
+        self.pending.as_ref().map(|p| p.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(bytes: u64) -> TaskSnapshot {
+        TaskSnapshot {
+            files: vec![format!("state-{bytes}")],
+            uploaded_bytes: bytes,
+            state_bytes: bytes,
+            position: None,
+        }
+    }
+
+    fn coordinator() -> CheckpointCoordinator {
+        let tasks = ["source#0", "source#1", "count#0"].map(String::from);
+        CheckpointCoordinator::new("job1", tasks, vec!["source#0".into(), "source#1".into()], 2, 1)
+    }
+
+    #[test]
+    fn completes_when_every_task_acked_and_keeps_the_last_retained() {
+        let mut c = coordinator();
+        let t = c.trigger(1000).unwrap();
+        assert_eq!((t.id, t.sources.len()), (1, 2));
+        assert_eq!(c.trigger(1100), None, "one pending at a time");
+        assert_eq!(
+            c.acknowledge(1, "source#0", snap(10), 1200),
+            Acked::Pending { waiting_for: 2 }
+        );
+        assert_eq!(
+            c.acknowledge(1, "source#0", snap(10), 1200),
+            Acked::Ignored,
+            "twice"
+        );
+        assert_eq!(c.acknowledge(1, "nobody", snap(1), 1200), Acked::Ignored);
+        assert_eq!(
+            c.acknowledge(1, "source#1", snap(20), 1300),
+            Acked::Pending { waiting_for: 1 }
+        );
+        let Acked::Complete(done) = c.acknowledge(1, "count#0", snap(30), 1400) else {
+            panic!("complete")
+        };
+        assert_eq!((done.id, done.triggered_ms, done.completed_ms), (1, 1000, 1400));
+        assert_eq!(done.uploaded_bytes(), 60);
+        assert_eq!(c.completed(1), Vec::<u64>::new());
+        for id in 2..=4 {
+            assert_eq!(c.trigger(2000).unwrap().id, id);
+            for task in ["source#0", "source#1", "count#0"] {
+                c.acknowledge(id, task, snap(1), 2100);
+            }
+            let subsumed = c.completed(id);
+            assert_eq!(subsumed, if id == 2 { vec![] } else { vec![id - 2] });
+        }
+        assert_eq!(c.retained(), [3, 4]);
+    }
+
+    #[test]
+    fn an_abort_drops_the_pending_checkpoint_and_late_acks_are_ignored() {
+        let mut c = coordinator();
+        c.trigger(0);
+        c.acknowledge(1, "source#0", snap(1), 1);
+        assert_eq!(c.abort(Some(7)), None, "not the pending one");
+        assert_eq!(c.abort(Some(1)), Some(1));
+        assert_eq!(c.pending(), None);
+        assert_eq!(c.acknowledge(1, "source#1", snap(1), 2), Acked::Ignored);
+        assert_eq!(c.trigger(3).unwrap().id, 2, "ids are never reused");
+        assert_eq!(c.abort(None), Some(2));
+    }
+}

@@ -1,0 +1,196 @@
+//! Completed checkpoints in object storage: `checkpoints/{job-id}/chk-{n}/_metadata` under the job
+//! storage, written once (conditional create) when every task acknowledged. A missing `_metadata`
+//! means the checkpoint never completed; a damaged one is an error naming the object, and restoring
+//! falls back to the previous checkpoint where one exists.
+
+use floe_storage::{ObjectStore, envelope};
+
+use crate::{CompletedCheckpoint, Error, Result};
+
+/// Where a job's checkpoints live.
+#[derive(Debug, Clone)]
+pub struct CheckpointStore {
+    store: ObjectStore,
+}
+
+/// What [`CheckpointStore::latest`] found.
+#[derive(Debug)]
+pub struct Latest {
+    /// The newest checkpoint whose metadata reads back whole.
+    pub checkpoint: Option<CompletedCheckpoint>,
+    /// Newer checkpoints passed over, with why (damaged metadata names the object).
+    pub skipped: Vec<Error>,
+}
+
+fn dir(job_id: &str, id: u64) -> String {
+    format!("checkpoints/{job_id}/chk-{id}")
+}
+
+impl CheckpointStore {
+    /// `store` is the job storage (`{storage.url}/{namespace}/{job-name}`).
+    pub fn new(store: ObjectStore) -> Self {
+        CheckpointStore { store }
+    }
+
+    /// Writes a completed checkpoint's metadata; it is then the job's latest.
+    pub async fn write(&self, checkpoint: &CompletedCheckpoint) -> Result<()> {
+        let body = serde_json::to_vec(checkpoint).unwrap_or_default();
+        let path = format!("{}/_metadata", dir(&checkpoint.job_id, checkpoint.id));
+        self.store.create(&path, envelope::seal(&body)).await?;
+        Ok(())
+    }
+
+    /// Reads one checkpoint's metadata.
+    pub async fn load(&self, job_id: &str, id: u64) -> Result<CompletedCheckpoint> {
+        let path = format!("{}/_metadata", dir(job_id, id));
+        let url = self.store.url_of(&path);
+        let bytes = self.store.get(&path).await?;
+        let corrupt = |reason: String| Error::CorruptMetadata {
+            url: url.clone(),
+            reason,
+        };
+        let payload = envelope::open(&url, &bytes).map_err(|e| match e {
+            floe_storage::Error::Corrupt { reason, .. } => corrupt(reason),
+            other => Error::Storage(other),
+        })?;
+        let checkpoint: CompletedCheckpoint =
+            serde_json::from_slice(&payload).map_err(|e| corrupt(format!("not checkpoint metadata: {e}")))?;
+        if checkpoint.id != id || checkpoint.job_id != job_id {
+            return Err(corrupt(format!(
+                "it describes checkpoint {} of job {}",
+                checkpoint.id, checkpoint.job_id
+            )));
+        }
+        Ok(checkpoint)
+    }
+
+    /// Checkpoint ids that have a directory, newest first.
+    async fn ids(&self, job_id: &str) -> Result<Vec<u64>> {
+        let mut ids: Vec<u64> = self
+            .store
+            .list(&format!("checkpoints/{job_id}"))
+            .await?
+            .iter()
+            .filter_map(|n| n.trim_end_matches('/').strip_prefix("chk-")?.parse().ok())
+            .collect();
+        ids.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(ids)
+    }
+
+    /// The newest checkpoint to restore from, passing over ones that never completed or whose
+    /// metadata is damaged. An error only when checkpoints exist and none reads back.
+    pub async fn latest(&self, job_id: &str) -> Result<Latest> {
+        let mut skipped = Vec::new();
+        for id in self.ids(job_id).await? {
+            match self.load(job_id, id).await {
+                Ok(checkpoint) => {
+                    for e in &skipped {
+                        tracing::warn!(job = job_id, "restoring from checkpoint {id}, passing over: {e}");
+                    }
+                    return Ok(Latest {
+                        checkpoint: Some(checkpoint),
+                        skipped,
+                    });
+                }
+                // Never completed (no metadata): not a candidate, not a problem.
+                Err(Error::Storage(floe_storage::Error::NotFound { .. })) => {}
+                Err(e) => skipped.push(e),
+            }
+        }
+        match skipped.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(Latest {
+                checkpoint: None,
+                skipped: Vec::new(),
+            }),
+        }
+    }
+
+    /// Deletes a checkpoint that fell out of retention.
+    pub async fn delete(&self, job_id: &str, id: u64) -> Result<()> {
+        self.store.delete_all(&dir(job_id, id)).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::TaskSnapshot;
+
+    fn checkpoint(id: u64) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            job_id: "job1".into(),
+            id,
+            triggered_ms: id * 1000,
+            completed_ms: id * 1000 + 50,
+            tasks: BTreeMap::from([(
+                "count#0".to_string(),
+                TaskSnapshot {
+                    files: vec![format!("chk-{id}/count-0.state")],
+                    uploaded_bytes: 100 * id,
+                    state_bytes: 1000,
+                    position: Some(format!("line {id}")),
+                },
+            )]),
+        }
+    }
+
+    fn store(name: &str) -> (CheckpointStore, ObjectStore, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("floe-checkpoint-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let objects = ObjectStore::open(&format!("file://{}", dir.display()), &BTreeMap::new())
+            .unwrap()
+            .scoped("default/job");
+        (CheckpointStore::new(objects.clone()), objects, dir)
+    }
+
+    #[tokio::test]
+    async fn the_latest_readable_checkpoint_is_restored_and_damage_is_named() {
+        let (checkpoints, objects, dir) = store("latest");
+        assert!(checkpoints.latest("job1").await.unwrap().checkpoint.is_none());
+        for id in 1..=3 {
+            checkpoints.write(&checkpoint(id)).await.unwrap();
+        }
+        // Written once: a second write of the same checkpoint is refused.
+        assert!(checkpoints.write(&checkpoint(3)).await.is_err());
+        // Checkpoint 4 started but never completed: no metadata.
+        objects
+            .put("checkpoints/job1/chk-4/count-0.state", "partial")
+            .await
+            .unwrap();
+        let latest = checkpoints.latest("job1").await.unwrap();
+        assert_eq!(latest.checkpoint, Some(checkpoint(3)));
+        assert!(latest.skipped.is_empty());
+
+        // Truncate 3's metadata: 2 is restored, and the damage is reported naming the object.
+        let meta = "checkpoints/job1/chk-3/_metadata";
+        let whole = objects.get(meta).await.unwrap();
+        objects.put(meta, whole.slice(..whole.len() - 5)).await.unwrap();
+        let latest = checkpoints.latest("job1").await.unwrap();
+        assert_eq!(latest.checkpoint.map(|c| c.id), Some(2));
+        let e = latest.skipped[0].to_string();
+        assert!(
+            e.starts_with(&format!(
+                "checkpoint metadata {} is corrupt: truncated",
+                objects.url_of(meta)
+            )),
+            "{e}"
+        );
+
+        // Retention deletes the oldest.
+        checkpoints.delete("job1", 1).await.unwrap();
+        assert!(matches!(
+            checkpoints.load("job1", 1).await,
+            Err(Error::Storage(floe_storage::Error::NotFound { .. }))
+        ));
+
+        // Nothing readable left: an error naming the damaged object rather than a silent fresh start.
+        checkpoints.delete("job1", 2).await.unwrap();
+        let e = checkpoints.latest("job1").await.unwrap_err().to_string();
+        assert!(e.contains("chk-3/_metadata") && e.contains("corrupt"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
