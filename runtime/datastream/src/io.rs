@@ -41,14 +41,6 @@ pub(crate) fn locate(url: &str, conf: &BTreeMap<String, String>) -> Result<Locat
         };
         format!("file://{}", absolute.display())
     };
-    if let Some(rest) = storage_url.strip_prefix("s3://")
-        && rest.split('/').next().is_none_or(str::is_empty)
-    {
-        return Err(Error::argument(
-            url,
-            "an s3 URL needs a bucket: s3://bucket/prefix",
-        ));
-    }
     let store = floe_storage::ObjectStore::open(&storage_url, conf)?;
     let (op, path) = store.raw("");
     Ok(Location {

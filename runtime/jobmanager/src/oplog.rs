@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::job::FinishedExecution;
-use crate::server::{EndedJob, JobManager};
+use crate::server::{EndedJob, JobManager, now_ms};
 
 /// One logged event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,13 +127,6 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
         }
     }
     jobs
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// What to run: the job of the manifest, and which deployment of the FlinkJob this is.

@@ -133,7 +133,7 @@ pub fn peak_rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
