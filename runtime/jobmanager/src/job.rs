@@ -802,18 +802,9 @@ impl JobMaster {
 mod tests {
     use super::*;
     use floe_scheduler::BatchShuffleMode;
-    use floe_scheduler::job_graph::Partitioner;
 
     fn seed_job() -> JobMaster {
-        let graph = JobGraph::test()
-            .vertex("source", 4)
-            .vertex("map", 4)
-            .vertex("reduce", 3)
-            .edge("source", "map", Partitioner::Forward)
-            .edge("map", "reduce", Partitioner::Hash)
-            .build()
-            .unwrap()
-            .with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
+        let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
         let mut conf = BTreeMap::new();
         conf.insert(
             "restart-strategy.fixed-delay.attempts".to_string(),

@@ -321,6 +321,19 @@ impl JobGraph {
         JobGraphBuilder::default()
     }
 
+    /// The example of Flink's scheduling docs (seed 002): Source(4) -> Map(4) by forward edge ->
+    /// Reduce(3) by hash edge. Scheduling, slot and JobManager tests use it as their fixture.
+    pub fn seed_example() -> JobGraph {
+        JobGraph::test()
+            .vertex("source", 4)
+            .vertex("map", 4)
+            .vertex("reduce", 3)
+            .edge("source", "map", Partitioner::Forward)
+            .edge("map", "reduce", Partitioner::Hash)
+            .build()
+            .expect("the seed example is a valid graph")
+    }
+
     pub fn vertices(&self) -> &[JobVertex] {
         &self.vertices
     }

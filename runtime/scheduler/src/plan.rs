@@ -136,18 +136,10 @@ pub struct SlotView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_graph::Partitioner;
 
     #[test]
     fn plans_without_a_cluster_use_the_fewest_slots() {
-        let job = JobGraph::test()
-            .vertex("source", 4)
-            .vertex("map", 4)
-            .vertex("reduce", 3)
-            .edge("source", "map", Partitioner::Forward)
-            .edge("map", "reduce", Partitioner::Hash)
-            .build()
-            .unwrap();
+        let job = JobGraph::seed_example();
         let plan = Plan::batch(job, BatchShuffleMode::ForwardExchangesPipelined, None).unwrap();
         let view = plan.view();
         assert_eq!(view.slots.len(), 4);

@@ -378,17 +378,7 @@ mod tests {
     }
 
     fn seed_job(mode: BatchShuffleMode) -> ExecutionGraph {
-        ExecutionGraph::new(
-            JobGraph::test()
-                .vertex("source", 4)
-                .vertex("map", 4)
-                .vertex("reduce", 3)
-                .edge("source", "map", Partitioner::Forward)
-                .edge("map", "reduce", Partitioner::Hash)
-                .build()
-                .unwrap()
-                .with_shuffle_mode(mode),
-        )
+        ExecutionGraph::new(JobGraph::seed_example().with_shuffle_mode(mode))
     }
 
     #[test]

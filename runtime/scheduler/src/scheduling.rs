@@ -182,7 +182,7 @@ impl PipelinedRegionSchedulingStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_graph::{BatchShuffleMode, JobGraph, Partitioner};
+    use crate::job_graph::{BatchShuffleMode, JobGraph};
 
     fn setup(
         mode: BatchShuffleMode,
@@ -191,17 +191,7 @@ mod tests {
         PipelinedRegions,
         PipelinedRegionSchedulingStrategy,
     ) {
-        let g = ExecutionGraph::new(
-            JobGraph::test()
-                .vertex("source", 4)
-                .vertex("map", 4)
-                .vertex("reduce", 3)
-                .edge("source", "map", Partitioner::Forward)
-                .edge("map", "reduce", Partitioner::Hash)
-                .build()
-                .unwrap()
-                .with_shuffle_mode(mode),
-        );
+        let g = ExecutionGraph::new(JobGraph::seed_example().with_shuffle_mode(mode));
         let r = PipelinedRegions::compute(&g);
         let s = PipelinedRegionSchedulingStrategy::new(&g, &r);
         (g, r, s)

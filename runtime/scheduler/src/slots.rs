@@ -113,16 +113,7 @@ mod tests {
     use crate::job_graph::{JobGraph, Partitioner};
 
     fn seed() -> ExecutionGraph {
-        ExecutionGraph::new(
-            JobGraph::test()
-                .vertex("source", 4)
-                .vertex("map", 4)
-                .vertex("reduce", 3)
-                .edge("source", "map", Partitioner::Forward)
-                .edge("map", "reduce", Partitioner::Hash)
-                .build()
-                .unwrap(),
-        )
+        ExecutionGraph::new(JobGraph::seed_example())
     }
 
     #[test]
