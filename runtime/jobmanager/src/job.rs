@@ -180,7 +180,7 @@ pub struct JobMaster {
     /// when scheduling reaches them they are marked finished instead of deployed.
     restored: BTreeMap<ExecutionVertexId, (u32, Vec<PartitionStats>)>,
     /// Executions marked finished from the log rather than run by this JobManager.
-    pub restored_finished: Vec<ExecutionVertexId>,
+    pub restored_finished: std::collections::BTreeSet<ExecutionVertexId>,
 }
 
 /// One execution that finished under an earlier JobManager.
@@ -235,7 +235,7 @@ impl JobMaster {
             finished_records: 0,
             remote_shuffle,
             restored: BTreeMap::new(),
-            restored_finished: Vec::new(),
+            restored_finished: std::collections::BTreeSet::new(),
         })
     }
 
@@ -371,7 +371,7 @@ impl JobMaster {
             let Some((_, produced)) = self.restored.remove(&v) else {
                 continue;
             };
-            self.restored_finished.push(v);
+            self.restored_finished.insert(v);
             let id = self.attempt_id(v);
             for state in [ExecutionState::Initializing, ExecutionState::Running] {
                 let _ = self.graph.transition(v, state);

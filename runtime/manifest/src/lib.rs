@@ -36,16 +36,6 @@ pub enum Error {
     Field { field: String, message: String },
 }
 
-impl Error {
-    /// The field a [`Error::Field`] names (`spec.taskManager.replicas`), for conditions and events.
-    pub fn field(&self) -> Option<&str> {
-        match self {
-            Error::Field { field, .. } => Some(field),
-            Error::Syntax(_) => None,
-        }
-    }
-}
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 fn field_error<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T> {
