@@ -186,6 +186,7 @@ mod tests {
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
             slot_request_timeout: Duration::from_secs(60),
+            ..JobManagerConfig::default()
         };
         drop((rest, rpc));
         let base = format!("http://{}", config.rest_address);

@@ -30,7 +30,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub type TaskName = String;
 
 /// What one task snapshotted for one checkpoint: where its state went and how big it is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TaskSnapshot {
     /// Objects (relative to the checkpoint directory or the shared one) holding the state.
     pub files: Vec<String>,
@@ -41,6 +41,9 @@ pub struct TaskSnapshot {
     /// Sources: where to read on from (opaque to the coordinator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<String>,
+    /// Sinks: what the committer needs after a restore (files pending commit, the next part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink: Option<String>,
 }
 
 /// A checkpoint every task acknowledged: what `_metadata` holds.
@@ -211,7 +214,7 @@ mod tests {
             files: vec![format!("state-{bytes}")],
             uploaded_bytes: bytes,
             state_bytes: bytes,
-            position: None,
+            ..TaskSnapshot::default()
         }
     }
 

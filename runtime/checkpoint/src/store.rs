@@ -133,6 +133,7 @@ mod tests {
                     uploaded_bytes: 100 * id,
                     state_bytes: 1000,
                     position: Some(format!("line {id}")),
+                    sink: None,
                 },
             )]),
         }

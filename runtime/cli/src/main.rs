@@ -274,6 +274,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 heartbeat_interval: Duration::from_millis(heartbeat_interval_ms),
                 heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
                 slot_request_timeout: Duration::from_secs(slot_request_timeout_s),
+                ..floe_jobmanager::JobManagerConfig::default()
             };
             let jm = floe_jobmanager::JobManager::new(config, floe_datastream::JobRegistry::builtin());
             runtime()?

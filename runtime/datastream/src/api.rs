@@ -288,6 +288,7 @@ impl StreamExecutionEnvironment {
                 parallelism: ctx.parallelism,
                 chunk: io::DEFAULT_READ_CHUNK,
                 reader: None,
+                restored: None,
             };
             source_head(ctx, source, chain)
         });
@@ -351,9 +352,17 @@ impl StreamExecutionEnvironment {
 
 fn source_head<T: Data, S: io::Source<T> + 'static>(
     ctx: &OpContext,
-    source: S,
+    mut source: S,
     chain: AnyOp,
 ) -> Result<Box<dyn Head>> {
+    if let Some(restore) = &ctx.restore
+        && let Some(position) = &restore.source
+    {
+        source.restore(position).map_err(|message| Error::Restore {
+            checkpoint: restore.checkpoint,
+            message: format!("source position {position:?}: {message}"),
+        })?;
+    }
     let counted = crate::operators::CountIn {
         down: downcast::<T>(chain)?,
         count: 0,
@@ -584,18 +593,15 @@ impl<T: Data> DataStream<T> {
 
     /// One part file per subtask under `url` (a directory): written as
     /// `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` when the subtask finishes.
-    /// Lines are the records' text form (tuples TAB-separated).
+    /// With checkpointing (STREAMING and `execution.checkpointing.interval`) it is exactly-once: a
+    /// part file per subtask and checkpoint, `.part-{subtask}-{n}.inprogress` until the checkpoint
+    /// that covers it completes, then `part-{subtask}-{n}`; a restore removes what the restored
+    /// checkpoint does not cover. Lines are the records' text form (tuples TAB-separated).
     pub fn sink_to_file(&self, url: &str) -> DataStreamSink {
         let url = url.to_string();
         let factory: SinkFactory = Arc::new(move |ctx: &OpContext, metrics: Arc<TaskMetrics>| {
             let op: BoxOp<T> = io::sink_op(Vec::new(), 1 << 20, metrics);
-            let sink = FileSinkIo {
-                url: url.clone(),
-                conf: ctx.configuration.clone(),
-                subtask: ctx.subtask,
-                attempt: ctx.attempt,
-                open: None,
-            };
+            let sink = FileSinkIo::new(url.clone(), ctx);
             Ok((erase::<T>(op), Box::new(sink) as Box<dyn SinkIo>))
         });
         self.add_sink("Sink: File", factory)
@@ -682,11 +688,11 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
         let key = self.key.clone();
         match self.stream.mode() {
             RuntimeMode::Streaming => {
-                let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+                let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
                     Ok(erase::<T>(Box::new(StreamingReduce {
                         key: key.clone(),
                         f: f.clone(),
-                        state: KeyMap::default(),
+                        state: ctx.keyed()?,
                         down: downcast::<T>(down)?,
                     })))
                 });
@@ -730,16 +736,19 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 
     /// Per-key function with state `S` (default-initialised per key):
     /// `f(key, value, &mut state, out)`. BATCH processes the keys one at a time, in key order.
+    /// `S` is any [`Data`]: a number, a tuple, or the [`ValueState`](crate::ValueState),
+    /// [`ListState`](crate::ListState) and [`MapState`](crate::MapState) facades; in STREAMING it is
+    /// checkpointed with the job (and kept in RocksDB with `state.backend.type: rocksdb`).
     pub fn process<S, O, F>(&self, f: F) -> DataStream<O>
     where
-        S: Default + Send + 'static,
+        S: Data + Default,
         O: Data,
         F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
     {
         let f = Arc::new(f);
         let key = self.key.clone();
         let batch = self.stream.mode() == RuntimeMode::Batch;
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
             let down = downcast::<O>(down)?;
             Ok(if batch {
                 erase::<T>(Box::new(SortedProcess::<T, K, S, O, F> {
@@ -753,8 +762,9 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                 erase::<T>(Box::new(StreamingProcess::<T, K, S, O, F> {
                     key: key.clone(),
                     f: f.clone(),
-                    state: KeyMap::default(),
+                    state: ctx.keyed()?,
                     down,
+                    _in: PhantomData,
                 }))
             })
         });
@@ -780,11 +790,11 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
             return self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1));
         }
         let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
             Ok(erase::<(A, N)>(Box::new(StreamingSum {
                 key: key.clone(),
                 key_ref: key_ref.clone(),
-                state: KeyMap::default(),
+                state: ctx.keyed()?,
                 down: downcast::<(A, N)>(down)?,
             })))
         });

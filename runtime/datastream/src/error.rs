@@ -28,6 +28,12 @@ pub enum Error {
     /// A shuffle buffer did not decode (corrupt or written by a different job build).
     #[error("cannot decode record: {0}")]
     Decode(String),
+    /// Keyed state could not be read, written, snapshotted or restored.
+    #[error("keyed state: {0}")]
+    State(String),
+    /// A checkpointed position or sink state does not parse (written by a different build).
+    #[error("restoring from checkpoint {checkpoint}: {message}")]
+    Restore { checkpoint: u64, message: String },
     /// Reading from or writing to the shuffle failed.
     #[error("shuffle: {0}")]
     Shuffle(#[from] floe_shuffle::Error),

@@ -242,6 +242,60 @@ impl BuiltJob {
         &self.configuration
     }
 
+    /// Whether `vertex` keeps keyed state: keyed operators are fed by a hash exchange (a `key_by`
+    /// always starts a new task).
+    pub fn is_keyed(&self, vertex: u32) -> bool {
+        self.job_graph()
+            .data_sets()
+            .iter()
+            .any(|d| d.consumer.0 == vertex && d.partitioner == floe_scheduler::Partitioner::Hash)
+    }
+
+    /// The max parallelism of `vertex` and the key groups its subtask `subtask` owns (at
+    /// `parallelism`): what its keyed state holds.
+    pub fn key_groups(&self, vertex: u32, subtask: u32, parallelism: u32) -> (u32, std::ops::Range<u32>) {
+        let max_parallelism = self
+            .job_graph()
+            .vertices()
+            .get(vertex as usize)
+            .map_or(parallelism, |v| v.max_parallelism.max(parallelism));
+        let owned = crate::data::key_group_range_for_operator(max_parallelism, parallelism.max(1), subtask);
+        (max_parallelism, *owned.start()..*owned.end() + 1)
+    }
+
+    /// Whether a subtask of `vertex` with these many input gates and partition writers fits the job
+    /// (what [`BuiltJob::create_task`] checks first; a TaskManager checks it before accepting a task).
+    pub fn check_task(
+        &self,
+        vertex: u32,
+        subtask: u32,
+        parallelism: u32,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<()> {
+        let fail = |message: String| Error::Task { vertex, message };
+        let plan = self
+            .plans
+            .get(vertex as usize)
+            .ok_or_else(|| fail(format!("the job has {} vertices", self.plans.len())))?;
+        let expected_inputs = usize::from(plan.input.is_some());
+        if inputs != expected_inputs {
+            return Err(fail(format!(
+                "expected {expected_inputs} input gates, got {inputs}"
+            )));
+        }
+        if outputs != plan.outputs.len() {
+            return Err(fail(format!(
+                "expected {} partition writers, got {outputs}",
+                plan.outputs.len()
+            )));
+        }
+        if parallelism == 0 || subtask >= parallelism {
+            return Err(fail(format!("subtask {subtask} of parallelism {parallelism}")));
+        }
+        Ok(())
+    }
+
     /// Instantiates the operator chain of JobGraph vertex `vertex` for one subtask.
     pub fn create_task(&self, vertex: u32, ctx: TaskContext) -> Result<Task> {
         let fail = |message: String| Error::Task { vertex, message };
@@ -249,32 +303,25 @@ impl BuiltJob {
             .plans
             .get(vertex as usize)
             .ok_or_else(|| fail(format!("the job has {} vertices", self.plans.len())))?;
-        let expected_inputs = usize::from(plan.input.is_some());
-        if ctx.inputs.len() != expected_inputs {
-            return Err(fail(format!(
-                "expected {expected_inputs} input gates, got {}",
-                ctx.inputs.len()
-            )));
-        }
-        if ctx.outputs.len() != plan.outputs.len() {
-            return Err(fail(format!(
-                "expected {} partition writers, got {}",
-                plan.outputs.len(),
-                ctx.outputs.len()
-            )));
-        }
-        if ctx.parallelism == 0 || ctx.subtask >= ctx.parallelism {
-            return Err(fail(format!(
-                "subtask {} of parallelism {}",
-                ctx.subtask, ctx.parallelism
-            )));
-        }
+        self.check_task(
+            vertex,
+            ctx.subtask,
+            ctx.parallelism,
+            ctx.inputs.len(),
+            ctx.outputs.len(),
+        )?;
+        let (max_parallelism, key_groups) = self.key_groups(vertex, ctx.subtask, ctx.parallelism);
         let op_ctx = OpContext {
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             attempt: ctx.attempt,
             configuration: ctx.configuration.clone(),
             metrics: ctx.metrics.clone(),
+            key_groups,
+            max_parallelism,
+            keyed_state: std::sync::Arc::new(std::sync::Mutex::new(ctx.keyed_state)),
+            restore: ctx.restore.clone(),
+            checkpointing: ctx.checkpointing.is_some(),
         };
         let (flush_each_record, flush_interval) = match ctx.buffer_timeout {
             Some(t) if t.is_zero() => (true, None),
@@ -332,6 +379,7 @@ impl BuiltJob {
             outputs: ctx.outputs,
             sink,
             flush_interval,
+            checkpointing: ctx.checkpointing,
         })
     }
 }

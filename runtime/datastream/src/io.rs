@@ -158,6 +158,29 @@ impl SplitReader {
         self.start_file();
     }
 
+    /// Between chunks: the file, and the offset of the first line not emitted yet (a partial line
+    /// read so far is read again after a restore).
+    fn position(&self) -> String {
+        format!(
+            "file={},line={},skipping={}",
+            self.file,
+            self.line_start,
+            u8::from(self.skipping)
+        )
+    }
+
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        let [file, line, skipping] = position_fields(position, ["file", "line", "skipping"])?;
+        self.file = usize::try_from(file).map_err(|_| "file out of range".to_string())?;
+        self.start_file();
+        if self.file < self.files.len() {
+            self.pos = line;
+            self.line_start = line;
+            self.skipping = skipping != 0;
+        }
+        Ok(())
+    }
+
     /// Reads one chunk and emits the complete lines it owns; `Ok(false)` once the split is done.
     pub(crate) async fn next_chunk(&mut self, emit: &mut (dyn FnMut(&[u8]) + Send)) -> Result<bool> {
         let Some((path, len, _, le)) = self.files.get(self.file).cloned() else {
@@ -229,6 +252,36 @@ fn strip_cr(line: &[u8]) -> &[u8] {
 pub(crate) trait Source<T>: Send {
     /// Emits the next batch; `Ok(false)` when the source is exhausted.
     async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool>;
+    /// Where the next batch starts (taken between batches, at a checkpoint barrier).
+    fn position(&self) -> String;
+    /// Continues from a [`Source::position`] of the same subtask; the error says what is wrong.
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String>;
+}
+
+/// Parses `name=value,name=value` positions.
+fn position_fields<const N: usize>(
+    position: &str,
+    names: [&str; N],
+) -> std::result::Result<[u64; N], String> {
+    let mut out = [0u64; N];
+    let mut seen = [false; N];
+    for field in position.split(',') {
+        let (name, value) = field
+            .split_once('=')
+            .ok_or_else(|| format!("expected name=value, got {field:?}"))?;
+        let i = names
+            .iter()
+            .position(|n| *n == name)
+            .ok_or_else(|| format!("unknown field {name:?}; expected {}", names.join(", ")))?;
+        out[i] = value
+            .parse()
+            .map_err(|_| format!("{name}: expected a non-negative integer, got {value:?}"))?;
+        seen[i] = true;
+    }
+    match names.iter().zip(seen).find(|(_, s)| !s) {
+        Some((missing, _)) => Err(format!("missing field {missing}")),
+        None => Ok(out),
+    }
 }
 
 /// `read_text_file`: lines of this subtask's split.
@@ -240,28 +293,56 @@ pub(crate) struct TextSource {
     pub parallelism: u32,
     pub chunk: usize,
     pub reader: Option<SplitReader>,
+    /// A checkpointed position to start from, applied when the split is opened.
+    pub restored: Option<String>,
+}
+
+impl TextSource {
+    async fn open(&mut self) -> Result<()> {
+        if self.reader.is_none() {
+            let loc = locate(&self.url, &self.conf)?;
+            let files = list_files(&loc).await?;
+            let mut reader = SplitReader::new(loc, &files, self.subtask, self.parallelism, self.chunk);
+            if let Some(position) = &self.restored {
+                reader.restore(position).map_err(|m| Error::Restore {
+                    checkpoint: 0,
+                    message: format!("text source position {position:?}: {m}"),
+                })?;
+            }
+            self.reader = Some(reader);
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl Source<String> for TextSource {
     async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
-        if self.reader.is_none() {
-            let loc = locate(&self.url, &self.conf)?;
-            let files = list_files(&loc).await?;
-            self.reader = Some(SplitReader::new(
-                loc,
-                &files,
-                self.subtask,
-                self.parallelism,
-                self.chunk,
-            ));
-        }
+        self.open().await?;
         let Some(reader) = self.reader.as_mut() else {
             return Ok(false);
         };
         reader
             .next_chunk(&mut |line| out.collect(String::from_utf8_lossy(line).into_owned()))
             .await
+    }
+
+    fn position(&self) -> String {
+        match &self.reader {
+            Some(r) => r.position(),
+            None => self
+                .restored
+                .clone()
+                .unwrap_or_else(|| "file=0,line=0,skipping=0".into()),
+        }
+    }
+
+    /// The files are listed when the source opens (the split needs their sizes): the position is
+    /// applied then.
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        position_fields(position, ["file", "line", "skipping"])?;
+        self.restored = Some(position.to_string());
+        Ok(())
     }
 }
 
@@ -382,6 +463,16 @@ impl Source<String> for GeneratorSource {
         }
         Ok(self.end.is_none_or(|e| self.next < e))
     }
+
+    fn position(&self) -> String {
+        format!("next={}", self.next)
+    }
+
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        let [next] = position_fields(position, ["next"])?;
+        self.next = next;
+        Ok(())
+    }
 }
 
 /// `generate_sequence`: this subtask's contiguous share of `from..=to`.
@@ -402,6 +493,15 @@ impl Source<u64> for SequenceSource {
         }
         Ok(self.next < self.end)
     }
+
+    fn position(&self) -> String {
+        format!("next={}", self.next)
+    }
+
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        [self.next] = position_fields(position, ["next"])?;
+        Ok(())
+    }
 }
 
 /// `from_collection`: the elements (the source runs with parallelism 1, as in Flink).
@@ -420,6 +520,16 @@ impl<T: Data> Source<T> for CollectionSource<T> {
         }
         self.next = stop;
         Ok(self.next < self.items.len())
+    }
+
+    fn position(&self) -> String {
+        format!("next={}", self.next)
+    }
+
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        let [next] = position_fields(position, ["next"])?;
+        self.next = usize::try_from(next).map_err(|_| "next out of range".to_string())?;
+        Ok(())
     }
 }
 
@@ -467,6 +577,8 @@ impl<T: Data> Op<T> for SinkOp<T> {
         out.append(&mut self.pending);
         self.metrics.add_out(std::mem::take(&mut self.count));
     }
+
+    crate::operators::tail_checkpoint!();
 }
 
 pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
@@ -481,21 +593,48 @@ pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<T
     })
 }
 
-/// The asynchronous end of a sink.
+/// The asynchronous end of a sink: the writer and committer of the unified sink model (seed 000).
 #[async_trait]
 pub(crate) trait SinkIo: Send {
     async fn write(&mut self, bytes: Bytes) -> Result<()>;
+    /// A checkpoint barrier: close what was written since the last one as pending commit and say
+    /// what the committer needs after a restore.
+    async fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Checkpoint `checkpoint` completed: commit what it covers.
+    async fn commit(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
     /// Makes the output visible (commit); only called after all input was processed.
     async fn close(self: Box<Self>) -> Result<()>;
 }
 
-/// `sink_to_file`: `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` on success.
+/// What a checkpointing file sink records per checkpoint: the parts written up to the barrier
+/// (pending commit) and the number of the next part.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FileSinkState {
+    pub pending: Vec<u64>,
+    pub next_part: u64,
+}
+
+/// `sink_to_file`. Without checkpointing: `.part-{subtask}-{attempt}.inprogress`, renamed to
+/// `part-{subtask}` on success. With checkpointing: one part per checkpoint interval,
+/// `.part-{subtask}-{n}.inprogress`, renamed to `part-{subtask}-{n}` when the checkpoint covering it
+/// completes (or at end of input).
 pub(crate) struct FileSinkIo {
-    pub url: String,
-    pub conf: BTreeMap<String, String>,
-    pub subtask: u32,
-    pub attempt: u32,
-    pub open: Option<(Location, String, opendal::Writer)>,
+    url: String,
+    conf: BTreeMap<String, String>,
+    subtask: u32,
+    attempt: u32,
+    checkpointing: bool,
+    /// Checkpointing: where the sink resumes (`None` until restored or started fresh).
+    restore: Option<(u64, FileSinkState)>,
+    started: bool,
+    /// Parts closed at a barrier, by the checkpoint that covers them.
+    pending: Vec<(u64, u64)>,
+    next_part: u64,
+    open: Option<(Location, String, opendal::Writer)>,
 }
 
 impl std::fmt::Debug for FileSinkIo {
@@ -504,16 +643,113 @@ impl std::fmt::Debug for FileSinkIo {
             .field("url", &self.url)
             .field("subtask", &self.subtask)
             .field("attempt", &self.attempt)
+            .field("next_part", &self.next_part)
             .finish()
     }
 }
 
+async fn rename(loc: &Location, from: &str, to: &str) -> Result<()> {
+    if loc.op.info().capability().rename {
+        loc.op.rename(from, to).await.map_err(|e| Error::storage(to, e))
+    } else {
+        loc.op.copy(from, to).await.map_err(|e| Error::storage(to, e))?;
+        loc.op.delete(from).await.map_err(|e| Error::storage(from, e))
+    }
+}
+
 impl FileSinkIo {
+    pub(crate) fn new(url: String, ctx: &crate::operators::OpContext) -> Self {
+        let restore = ctx.restore.as_ref().and_then(|r| {
+            let state = r.sink.as_deref().map(serde_json::from_str::<FileSinkState>);
+            Some((r.checkpoint, state?.unwrap_or_default()))
+        });
+        FileSinkIo {
+            url,
+            conf: ctx.configuration.clone(),
+            subtask: ctx.subtask,
+            attempt: ctx.attempt,
+            checkpointing: ctx.checkpointing,
+            restore,
+            started: false,
+            pending: Vec::new(),
+            next_part: 0,
+            open: None,
+        }
+    }
+
+    fn dir(loc: &Location) -> String {
+        loc.path.trim_end_matches('/').to_string()
+    }
+
+    fn in_progress(&self, dir: &str, part: u64) -> String {
+        if self.checkpointing {
+            format!("{dir}/.part-{}-{part}.inprogress", self.subtask)
+        } else {
+            format!("{dir}/.part-{}-{}.inprogress", self.subtask, self.attempt)
+        }
+    }
+
+    fn committed(&self, dir: &str, part: u64) -> String {
+        if self.checkpointing {
+            format!("{dir}/part-{}-{part}", self.subtask)
+        } else {
+            format!("{dir}/part-{}", self.subtask)
+        }
+    }
+
+    /// Checkpointing: before the first write, bring the directory to the restored checkpoint (or
+    /// to nothing): commit the parts it left pending (its completion may not have reached this
+    /// sink), and delete this subtask's parts it does not cover, written by a failed attempt.
+    async fn start(&mut self) -> Result<()> {
+        if self.started || !self.checkpointing {
+            self.started = true;
+            return Ok(());
+        }
+        self.started = true;
+        let loc = locate(&self.url, &self.conf)?;
+        let dir = Self::dir(&loc);
+        let (pending, next_part) = match self.restore.take() {
+            Some((_, state)) => (state.pending, state.next_part),
+            None => (Vec::new(), 0),
+        };
+        for part in &pending {
+            let (from, to) = (self.in_progress(&dir, *part), self.committed(&dir, *part));
+            if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
+                rename(&loc, &from, &to).await?;
+            }
+        }
+        let mine = format!("part-{}-", self.subtask);
+        let mine_in_progress = format!(".part-{}-", self.subtask);
+        let entries = match loc.op.list(&format!("{dir}/")).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Error::storage(&self.url, e)),
+        };
+        for entry in entries {
+            let name = entry.name().trim_end_matches('/');
+            let stale = if let Some(n) = name.strip_prefix(&mine) {
+                n.parse::<u64>().is_ok_and(|n| n >= next_part)
+            } else {
+                name.strip_prefix(&mine_in_progress)
+                    .and_then(|n| n.strip_suffix(".inprogress"))
+                    .is_some_and(|n| n.parse::<u64>().is_ok())
+            };
+            if stale {
+                let path = format!("{dir}/{name}");
+                tracing::info!(path, "removing a part the restored checkpoint does not cover");
+                loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
+            }
+        }
+        self.next_part = next_part;
+        Ok(())
+    }
+
     async fn writer(&mut self) -> Result<&mut opendal::Writer> {
+        self.start().await?;
         if self.open.is_none() {
             let loc = locate(&self.url, &self.conf)?;
-            let dir = loc.path.trim_end_matches('/').to_string();
-            let tmp = format!("{dir}/.part-{}-{}.inprogress", self.subtask, self.attempt);
+            let dir = Self::dir(&loc);
+            let tmp = self.in_progress(&dir, self.next_part);
             let w = loc.op.writer(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
             self.open = Some((loc, tmp, w));
         }
@@ -521,6 +757,31 @@ impl FileSinkIo {
             Some((_, _, w)) => Ok(w),
             None => Err(Error::Graph("sink writer not open".into())),
         }
+    }
+
+    /// Closes the open part (if any) and returns its number.
+    async fn close_part(&mut self) -> Result<Option<(Location, u64)>> {
+        let Some((loc, tmp, mut w)) = self.open.take() else {
+            return Ok(None);
+        };
+        w.close().await.map_err(|e| Error::storage(&tmp, e))?;
+        let part = self.next_part;
+        self.next_part += 1;
+        Ok(Some((loc, part)))
+    }
+
+    async fn commit_parts(&mut self, up_to: u64) -> Result<()> {
+        let (ready, later): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(c, _)| *c <= up_to);
+        self.pending = later;
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let loc = locate(&self.url, &self.conf)?;
+        let dir = Self::dir(&loc);
+        for (_, part) in ready {
+            rename(&loc, &self.in_progress(&dir, part), &self.committed(&dir, part)).await?;
+        }
+        Ok(())
     }
 }
 
@@ -535,27 +796,39 @@ impl SinkIo for FileSinkIo {
             .map_err(|e| Error::storage(&url, e))
     }
 
+    async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<String>> {
+        self.start().await?;
+        if let Some((_, part)) = self.close_part().await? {
+            self.pending.push((checkpoint, part));
+        }
+        let state = FileSinkState {
+            pending: self.pending.iter().map(|(_, p)| *p).collect(),
+            next_part: self.next_part,
+        };
+        Ok(Some(serde_json::to_string(&state).unwrap_or_default()))
+    }
+
+    async fn commit(&mut self, checkpoint: u64) -> Result<()> {
+        self.commit_parts(checkpoint).await
+    }
+
     async fn close(mut self: Box<Self>) -> Result<()> {
+        if self.checkpointing {
+            // End of input: what is left is committed now (a later restore of an earlier
+            // checkpoint removes these parts again, see `start`).
+            self.start().await?;
+            if let Some((_, part)) = self.close_part().await? {
+                self.pending.push((u64::MAX, part));
+            }
+            return self.commit_parts(u64::MAX).await;
+        }
         self.writer().await?;
         let Some((loc, tmp, mut w)) = self.open.take() else {
             return Ok(());
         };
         w.close().await.map_err(|e| Error::storage(&tmp, e))?;
-        let dir = loc.path.trim_end_matches('/');
-        let fin = format!("{dir}/part-{}", self.subtask);
-        if loc.op.info().capability().rename {
-            loc.op
-                .rename(&tmp, &fin)
-                .await
-                .map_err(|e| Error::storage(&fin, e))?;
-        } else {
-            loc.op
-                .copy(&tmp, &fin)
-                .await
-                .map_err(|e| Error::storage(&fin, e))?;
-            loc.op.delete(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
-        }
-        Ok(())
+        let fin = self.committed(&Self::dir(&loc), 0);
+        rename(&loc, &tmp, &fin).await
     }
 }
 

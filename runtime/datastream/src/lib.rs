@@ -11,22 +11,26 @@
 //! [`Data`].
 
 mod api;
+pub mod checkpoint;
 pub mod data;
 mod error;
 mod graph;
 mod io;
 mod jobs;
 mod operators;
+mod state;
 mod task;
 
 pub use api::{
     DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, KeyedStream, RuntimeMode,
     StreamExecutionEnvironment, parse_memory_size,
 };
+pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
 pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
 pub use operators::Collector;
+pub use state::{ListState, MapState, ValueState};
 pub use task::{Task, TaskContext, TaskMetrics};

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::checkpoint::{ChainSnapshot, Keyed, KeyedStateInit, TaskRestore};
 use crate::data::Data;
 use crate::error::{Error, Result};
 
@@ -48,6 +49,11 @@ pub(crate) trait Op<T>: Collector<T> {
     fn finish(&mut self);
     /// Move finished buffers (and partially filled ones if `flush`) of the chain's tail to `out`.
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
+    /// A checkpoint barrier reached this operator: add its state to `out`, then the rest of the
+    /// chain's (the synchronous part of the snapshot; the task uploads it afterwards).
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
+    /// The first failure an operator could not return from `collect` (a state backend's), if any.
+    fn failure(&mut self) -> Option<String>;
 }
 
 pub(crate) type BoxOp<T> = Box<dyn Op<T>>;
@@ -77,6 +83,23 @@ pub(crate) struct OpContext {
     pub configuration: std::collections::BTreeMap<String, String>,
     /// The task's counters (sources count the records they read as records in).
     pub metrics: Arc<crate::task::TaskMetrics>,
+    /// The key groups this subtask owns, out of `max_parallelism`.
+    pub key_groups: std::ops::Range<u32>,
+    pub max_parallelism: u32,
+    /// The keyed state the task was given, taken by its keyed operator.
+    pub keyed_state: Arc<std::sync::Mutex<Option<KeyedStateInit>>>,
+    /// Where a restored source reads on from, and a restored sink's committer state.
+    pub restore: Option<TaskRestore>,
+    /// `execution.checkpointing.interval` is set (streaming): sinks commit per checkpoint.
+    pub checkpointing: bool,
+}
+
+impl OpContext {
+    /// The keyed state of this task for its keyed operator, fresh or restored.
+    pub(crate) fn keyed<K: Data + Hash + Eq, V: Data>(&self) -> Result<Keyed<K, V>> {
+        let init = self.keyed_state.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Keyed::new(init, self.key_groups.clone(), self.max_parallelism)
+    }
 }
 
 /// Builds one operator in front of the (already built) rest of its chain.
@@ -96,8 +119,47 @@ macro_rules! forward_control {
         fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
             self.down.drain(flush, out)
         }
+        forward_checkpoint!();
     };
 }
+
+/// For stateless links: the snapshot and failures are the rest of the chain's.
+macro_rules! forward_checkpoint {
+    () => {
+        fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+            self.down.snapshot(checkpoint, out)
+        }
+        fn failure(&mut self) -> Option<String> {
+            self.down.failure()
+        }
+    };
+}
+
+/// For keyed links: their state, then the rest of the chain's.
+macro_rules! keyed_checkpoint {
+    () => {
+        fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+            out.keyed = Some(self.state.prepare_snapshot(checkpoint)?);
+            self.down.snapshot(checkpoint, out)
+        }
+        fn failure(&mut self) -> Option<String> {
+            self.state.failure().or_else(|| self.down.failure())
+        }
+    };
+}
+
+/// For the ends of chains (writers, sinks): nothing to snapshot here, nothing after them.
+macro_rules! tail_checkpoint {
+    () => {
+        fn snapshot(&mut self, _checkpoint: u64, _out: &mut crate::checkpoint::ChainSnapshot) -> Result<()> {
+            Ok(())
+        }
+        fn failure(&mut self) -> Option<String> {
+            None
+        }
+    };
+}
+pub(crate) use tail_checkpoint;
 
 /// Counts the records a source emits into its chain as the task's records in (what it read).
 pub(crate) struct CountIn<T> {
@@ -121,6 +183,7 @@ impl<T: Data> Op<T> for CountIn<T> {
         self.metrics.add_in(std::mem::take(&mut self.count));
         self.down.drain(flush, out)
     }
+    forward_checkpoint!();
 }
 
 pub(crate) struct MapOp<I, O, F> {
@@ -195,12 +258,11 @@ fn fold_into<T>(slot: &mut Option<T>, value: T, f: impl FnOnce(T, T) -> T) -> &m
     slot.insert(folded)
 }
 
-/// STREAMING keyed reduce: state in a HashMap, the updated value emitted for every record.
+/// STREAMING keyed reduce: the updated value emitted for every record.
 pub(crate) struct StreamingReduce<T, K, F> {
     pub key: KeyFn<T, K>,
     pub f: Arc<F>,
-    /// `None` only for the instant a value is being combined (one hash lookup per record).
-    pub state: KeyMap<K, Option<T>>,
+    pub state: Keyed<K, T>,
     pub down: BoxOp<T>,
 }
 
@@ -212,9 +274,10 @@ where
 {
     fn collect(&mut self, record: T) {
         let key = (self.key)(&record);
-        let slot = self.state.entry(key).or_insert(None);
-        let value = fold_into(slot, record, |a, b| (self.f)(a, b));
-        self.down.collect(value.clone());
+        let f = &self.f;
+        if let Some(value) = self.state.fold(key, record, |a, b| f(a, b)) {
+            self.down.collect(value.clone());
+        }
     }
 }
 
@@ -224,7 +287,13 @@ where
     K: Data + Hash + Eq,
     F: Fn(T, T) -> T + Send + Sync + 'static,
 {
-    forward_control!();
+    fn finish(&mut self) {
+        self.down.finish()
+    }
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+    keyed_checkpoint!();
 }
 
 /// STREAMING keyed sum of `(A, N)` records: state is only the running sum per key, and the emitted
@@ -233,7 +302,7 @@ where
 pub(crate) struct StreamingSum<A, N, K> {
     pub key: KeyFn<(A, N), K>,
     pub key_ref: Option<KeyRefFn<(A, N), K>>,
-    pub state: KeyMap<K, Option<N>>,
+    pub state: Keyed<K, N>,
     pub down: BoxOp<(A, N)>,
 }
 
@@ -244,7 +313,11 @@ where
     K: Data + Hash + Eq,
 {
     fn collect(&mut self, record: (A, N)) {
-        if let Some(slot) = self.key_ref.as_ref().and_then(|k| self.state.get_mut(k(&record))) {
+        if let Some(slot) = self
+            .key_ref
+            .as_ref()
+            .and_then(|k| self.state.heap_slot(k(&record)))
+        {
             let (first, n) = record;
             let total = fold_into(slot, n, |a, b| a + b).clone();
             self.down.collect((first, total));
@@ -252,9 +325,9 @@ where
         }
         let key = (self.key)(&record);
         let (first, n) = record;
-        let slot = self.state.entry(key).or_insert(None);
-        let total = fold_into(slot, n, |a, b| a + b).clone();
-        self.down.collect((first, total));
+        if let Some(total) = self.state.fold(key, n, |a, b| a + b) {
+            self.down.collect((first, total.clone()));
+        }
     }
 }
 
@@ -264,7 +337,13 @@ where
     N: Data + std::ops::Add<Output = N>,
     K: Data + Hash + Eq,
 {
-    forward_control!();
+    fn finish(&mut self) {
+        self.down.finish()
+    }
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+    keyed_checkpoint!();
 }
 
 /// BATCH keyed reduce: all input is kept, sorted by key at end of input and reduced one key at a
@@ -316,6 +395,8 @@ where
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
     }
+
+    forward_checkpoint!();
 }
 
 /// Keys a combiner holds before it flushes its partial results downstream.
@@ -379,28 +460,32 @@ where
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
     }
+
+    forward_checkpoint!();
 }
 
 /// STREAMING keyed process function with per-key state of type `S`.
 pub(crate) struct StreamingProcess<T, K, S, O, F> {
     pub key: KeyFn<T, K>,
     pub f: Arc<F>,
-    pub state: KeyMap<K, S>,
+    pub state: Keyed<K, S>,
     pub down: BoxOp<O>,
+    pub _in: PhantomData<fn(T)>,
 }
 
 impl<T, K, S, O, F> Collector<T> for StreamingProcess<T, K, S, O, F>
 where
     T: Data,
     K: Data + Hash + Eq,
-    S: Default + Send + 'static,
+    S: Data + Default,
     O: Data,
     F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
 {
     fn collect(&mut self, record: T) {
         let key = (self.key)(&record);
-        let state = self.state.entry(key.clone()).or_default();
-        (self.f)(&key, record, state, &mut *self.down);
+        let (f, down) = (&self.f, &mut self.down);
+        self.state
+            .update(key, |key, state| f(key, record, state, &mut **down));
     }
 }
 
@@ -408,11 +493,17 @@ impl<T, K, S, O, F> Op<T> for StreamingProcess<T, K, S, O, F>
 where
     T: Data,
     K: Data + Hash + Eq,
-    S: Default + Send + 'static,
+    S: Data + Default,
     O: Data,
     F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
 {
-    forward_control!();
+    fn finish(&mut self) {
+        self.down.finish()
+    }
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+    keyed_checkpoint!();
 }
 
 /// BATCH keyed process function: input sorted by key at end of input, then processed one key at a
@@ -465,6 +556,8 @@ where
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
     }
+
+    forward_checkpoint!();
 }
 
 #[cfg(test)]
@@ -483,6 +576,7 @@ pub(crate) mod tests {
     impl<T: Data> Op<T> for VecSink<T> {
         fn finish(&mut self) {}
         fn drain(&mut self, _: bool, _: &mut Vec<Chunk>) {}
+        tail_checkpoint!();
     }
 
     #[test]

@@ -13,9 +13,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_scheduler::Partitioner;
-use floe_shuffle::{InputGate, PartitionStats, PartitionWriter};
+use floe_shuffle::{GateItem, InputGate, PartitionStats, PartitionWriter};
 use tokio::time::Instant;
 
+use crate::checkpoint::{ChainSnapshot, Checkpointing, Control, KeyedStateInit, TaskRestore};
 use crate::data::{Data, key_group_for_hash, operator_index_for_key_group};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
@@ -43,6 +44,7 @@ impl TaskMetrics {
 }
 
 /// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
+#[derive(Default)]
 pub struct TaskContext {
     pub subtask: u32,
     pub parallelism: u32,
@@ -60,6 +62,12 @@ pub struct TaskContext {
     pub buffer_size: usize,
     /// The job's configuration (storage credentials for sources and sinks).
     pub configuration: BTreeMap<String, String>,
+    /// Streaming with `execution.checkpointing.interval`: barriers in, snapshots out.
+    pub checkpointing: Option<Checkpointing>,
+    /// Restored from a checkpoint: the source position and sink state.
+    pub restore: Option<TaskRestore>,
+    /// Keyed state to start from (`None`: empty state on the heap).
+    pub keyed_state: Option<KeyedStateInit>,
 }
 
 impl std::fmt::Debug for TaskContext {
@@ -72,6 +80,8 @@ impl std::fmt::Debug for TaskContext {
             .field("outputs", &self.outputs.len())
             .field("buffer_timeout", &self.buffer_timeout)
             .field("buffer_size", &self.buffer_size)
+            .field("checkpointing", &self.checkpointing.is_some())
+            .field("restore", &self.restore)
             .finish()
     }
 }
@@ -340,6 +350,8 @@ impl<T: Data> Op<T> for RecordWriter<T> {
         out.append(&mut self.pending);
         self.metrics.add_out(std::mem::take(&mut self.count));
     }
+
+    crate::operators::tail_checkpoint!();
 }
 
 /// Operations on a stream's record type, erased once per stream node.
@@ -400,6 +412,9 @@ pub(crate) trait Head: Send {
     fn push_buffer(&mut self, buffer: &[u8]) -> Result<()>;
     fn finish(&mut self);
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
+    /// The chain's snapshot (and a source's position) at a barrier, between batches.
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
+    fn failure(&mut self) -> Option<String>;
 }
 
 pub(crate) struct InputHead<T> {
@@ -432,6 +447,14 @@ impl<T: Data> Head for InputHead<T> {
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.chain.drain(flush, out)
     }
+
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        self.chain.snapshot(checkpoint, out)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.chain.failure()
+    }
 }
 
 pub(crate) struct SourceHead<T, S> {
@@ -456,6 +479,15 @@ impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.chain.drain(flush, out)
     }
+
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        out.source = Some(self.source.position());
+        self.chain.snapshot(checkpoint, out)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.chain.failure()
+    }
 }
 
 /// One subtask, ready to run: created by [`crate::BuiltJob::create_task`].
@@ -467,6 +499,7 @@ pub struct Task {
     pub(crate) sink: Option<Box<dyn SinkIo>>,
     /// Timer-driven flushing; `None` also when every record is flushed by itself.
     pub(crate) flush_interval: Option<Duration>,
+    pub(crate) checkpointing: Option<Checkpointing>,
 }
 
 impl std::fmt::Debug for Task {
@@ -499,6 +532,86 @@ async fn dispatch(
     Ok(())
 }
 
+/// The task's side of checkpointing: barriers reach the chain between buffers, so a snapshot holds
+/// exactly the effect of the records before the barrier.
+struct Checkpoints {
+    control: Option<tokio::sync::mpsc::UnboundedReceiver<Control>>,
+    snapshots: Option<tokio::sync::mpsc::UnboundedSender<ChainSnapshot>>,
+}
+
+impl Checkpoints {
+    /// The next control message, or never (no checkpointing, or the TaskManager let go).
+    async fn recv(&mut self) -> Control {
+        match self.control.as_mut() {
+            Some(rx) => match rx.recv().await {
+                Some(c) => c,
+                None => {
+                    self.control = None;
+                    std::future::pending().await
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<Control> {
+        self.control.as_mut()?.try_recv().ok()
+    }
+}
+
+struct Running {
+    head: Box<dyn Head>,
+    outputs: Vec<Box<dyn PartitionWriter>>,
+    sink: Option<Box<dyn SinkIo>>,
+    pending: Vec<Chunk>,
+    checkpoints: Checkpoints,
+}
+
+impl Running {
+    async fn flush(&mut self, all: bool) -> Result<()> {
+        self.head.drain(all, &mut self.pending);
+        dispatch(&mut self.pending, &mut self.outputs, &mut self.sink).await?;
+        if let Some(failure) = self.head.failure() {
+            return Err(Error::State(failure));
+        }
+        Ok(())
+    }
+
+    /// Barrier `id`: everything before it goes out, the chain's state and the sink's pending part
+    /// are fixed, the barrier goes downstream, and the snapshot to the TaskManager for upload.
+    async fn checkpoint(&mut self, id: u64) -> Result<()> {
+        self.flush(true).await?;
+        let mut snapshot = ChainSnapshot {
+            checkpoint: id,
+            keyed: None,
+            source: None,
+            sink: None,
+        };
+        self.head.snapshot(id, &mut snapshot)?;
+        if let Some(sink) = self.sink.as_mut() {
+            snapshot.sink = sink.pre_commit(id).await?;
+        }
+        for w in &mut self.outputs {
+            w.emit_barrier(id).await?;
+        }
+        if let Some(tx) = &self.checkpoints.snapshots {
+            let _ = tx.send(snapshot);
+        }
+        Ok(())
+    }
+
+    async fn control(&mut self, control: Control, is_source: bool) -> Result<()> {
+        match control {
+            Control::Trigger(id) if is_source => self.checkpoint(id).await,
+            Control::Trigger(_) => Ok(()), // barriers reach other tasks through their inputs
+            Control::Complete(id) => match self.sink.as_mut() {
+                Some(sink) => sink.commit(id).await,
+                None => Ok(()),
+            },
+        }
+    }
+}
+
 impl Task {
     /// Runs the subtask to the end of its input; one [`PartitionStats`] per output, in output
     /// order. Cancel by dropping the future: nothing outlives it (a file sink then leaves only its
@@ -506,21 +619,34 @@ impl Task {
     pub async fn run(self) -> Result<Vec<PartitionStats>> {
         let Task {
             vertex,
-            mut head,
+            head,
             input,
-            mut outputs,
-            mut sink,
+            outputs,
+            sink,
             flush_interval,
+            checkpointing,
         } = self;
-        let mut pending = Vec::new();
+        let (control, snapshots) = match checkpointing {
+            Some(c) => (Some(c.control), Some(c.snapshots)),
+            None => (None, None),
+        };
+        let mut task = Running {
+            head,
+            outputs,
+            sink,
+            pending: Vec::new(),
+            checkpoints: Checkpoints { control, snapshots },
+        };
         let mut last_flush = Instant::now();
         let due = |last: Instant| flush_interval.is_some_and(|t| last.elapsed() >= t);
         match input {
             None => loop {
-                let more = head.produce().await?;
+                while let Some(control) = task.checkpoints.try_recv() {
+                    task.control(control, true).await?;
+                }
+                let more = task.head.produce().await?;
                 let flush = due(last_flush);
-                head.drain(flush, &mut pending);
-                dispatch(&mut pending, &mut outputs, &mut sink).await?;
+                task.flush(flush).await?;
                 if flush {
                     last_flush = Instant::now();
                 }
@@ -531,39 +657,46 @@ impl Task {
                 tokio::task::yield_now().await;
             },
             Some(mut gate) => loop {
-                let buffer = {
+                let item = {
                     let next = gate.next();
                     tokio::pin!(next);
+                    // The same `next` future is polled across timer ticks and control messages, so
+                    // a gate whose `next` is not cancel-safe loses nothing.
                     loop {
-                        let Some(interval) = flush_interval else {
-                            break next.await?;
+                        let tick = async move {
+                            match flush_interval {
+                                Some(interval) => tokio::time::sleep_until(last_flush + interval).await,
+                                None => std::future::pending().await,
+                            }
                         };
-                        // The same `next` future is polled across timer ticks, so a gate whose
-                        // `next` is not cancel-safe loses nothing.
                         tokio::select! {
                             biased;
                             r = &mut next => break r?,
-                            _ = tokio::time::sleep_until(last_flush + interval) => {
-                                head.drain(true, &mut pending);
-                                dispatch(&mut pending, &mut outputs, &mut sink).await?;
+                            control = task.checkpoints.recv() => task.control(control, false).await?,
+                            _ = tick => {
+                                task.flush(true).await?;
                                 last_flush = Instant::now();
                             }
                         }
                     }
                 };
-                let Some(buffer) = buffer else { break };
-                head.push_buffer(&buffer)?;
-                let flush = due(last_flush);
-                head.drain(flush, &mut pending);
-                dispatch(&mut pending, &mut outputs, &mut sink).await?;
-                if flush {
-                    last_flush = Instant::now();
+                match item {
+                    None => break,
+                    Some(GateItem::Barrier(id)) => task.checkpoint(id).await?,
+                    Some(GateItem::Buffer(buffer)) => {
+                        task.head.push_buffer(&buffer)?;
+                        let flush = due(last_flush);
+                        task.flush(flush).await?;
+                        if flush {
+                            last_flush = Instant::now();
+                        }
+                    }
                 }
             },
         }
-        head.finish();
-        head.drain(true, &mut pending);
-        dispatch(&mut pending, &mut outputs, &mut sink).await?;
+        task.head.finish();
+        task.flush(true).await?;
+        let Running { outputs, sink, .. } = task;
         let mut stats = Vec::with_capacity(outputs.len());
         for w in outputs {
             stats.push(w.finish().await?);

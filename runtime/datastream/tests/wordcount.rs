@@ -13,7 +13,7 @@ use floe_datastream::{
 };
 use floe_scheduler::job_graph::{ResultPartitionType, VertexIndex};
 use floe_scheduler::{DistributionPattern, Partitioner};
-use floe_shuffle::{InputGate, PartitionStats, PartitionWriter};
+use floe_shuffle::{GateItem, InputGate, PartitionStats, PartitionWriter};
 use tokio::sync::mpsc;
 
 /// Writer: one bounded channel per consumer subtask (backpressure), bytes counted per subpartition.
@@ -46,8 +46,8 @@ struct MemGate(mpsc::Receiver<Bytes>);
 
 #[async_trait]
 impl InputGate for MemGate {
-    async fn next(&mut self) -> floe_shuffle::Result<Option<Bytes>> {
-        Ok(self.0.recv().await)
+    async fn next(&mut self) -> floe_shuffle::Result<Option<GateItem>> {
+        Ok(self.0.recv().await.map(GateItem::Buffer))
     }
 }
 
@@ -96,6 +96,7 @@ async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> V
                 buffer_timeout: timeout,
                 buffer_size,
                 configuration: job.configuration().clone(),
+                ..TaskContext::default()
             };
             let task = job.create_task(vi as u32, ctx).expect("task");
             handles.push(tokio::spawn(task.run()));

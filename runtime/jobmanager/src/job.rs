@@ -19,7 +19,9 @@ use floe_shuffle::{
     TaskManagerShuffleMaster,
 };
 
+use crate::checkpoints::{JobCheckpoints, Subsumed};
 use crate::error::{Error, Result};
+use floe_checkpoint::{CompletedCheckpoint, TaskSnapshot};
 
 /// One attempt of one subtask of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +57,8 @@ pub struct Deployment {
     pub inputs: Vec<Vec<InputChannelSpec>>,
     /// Per vertex output, in output order.
     pub outputs: Vec<OutputSpec>,
+    /// The checkpoint this attempt restores from, and its snapshot in it.
+    pub restore: Option<(u64, TaskSnapshot)>,
 }
 
 /// What the driver must do after an event.
@@ -129,21 +133,7 @@ impl RestartStrategy {
     }
 }
 
-/// Flink-style durations: `500 ms`, `1 s`, `2min`, a bare number is milliseconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let ms = match unit.trim() {
-        "" | "ms" | "milli" | "millis" | "milliseconds" => n,
-        "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
-        "min" | "m" | "minute" | "minutes" => n * 60_000,
-        "h" | "hour" | "hours" => n * 3_600_000,
-        _ => return None,
-    };
-    Some(Duration::from_millis(ms))
-}
+pub use floe_datastream::parse_duration;
 
 /// Per-subtask counters reported by TaskManagers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -181,6 +171,32 @@ pub struct JobMaster {
     restored: BTreeMap<ExecutionVertexId, (u32, Vec<PartitionStats>)>,
     /// Executions marked finished from the log rather than run by this JobManager.
     pub restored_finished: std::collections::BTreeSet<ExecutionVertexId>,
+    /// STREAMING with `execution.checkpointing.interval`.
+    pub checkpoints: Option<JobCheckpoints>,
+    /// Executions the log shows finished whose partitions are on TaskManager disks: restored when a
+    /// TaskManager reports holding them, until `holders_deadline_ms`.
+    awaiting_holders: Vec<FinishedExecution>,
+    holders_deadline_ms: u64,
+    /// Where restored executions' local partitions are: (TaskManager, address).
+    holders: BTreeMap<ExecutionVertexId, (String, String)>,
+    /// The last checkpoint triggered and the restart count then: a checkpoint completing after a
+    /// restart describes attempts that no longer run and must not become the latest.
+    checkpoint_lineage: (u64, u32),
+}
+
+/// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
+/// who gets their barriers.
+fn checkpoint_tasks(graph: &ExecutionGraph) -> (Vec<String>, Vec<String>) {
+    let tasks = graph
+        .execution_vertices()
+        .map(|e| graph.task_name(e.id))
+        .collect();
+    let sources = graph
+        .execution_vertices()
+        .filter(|e| e.consumed.is_empty())
+        .map(|e| graph.task_name(e.id))
+        .collect();
+    (tasks, sources)
 }
 
 /// One execution that finished under an earlier JobManager.
@@ -216,6 +232,30 @@ impl JobMaster {
             }
         }
         let n = graph.task_count();
+        let checkpoint_config = floe_datastream::CheckpointConfig::from_configuration(&args.configuration)
+            .map_err(|e| match e {
+                floe_datastream::Error::Configuration { key, value, message } => Error::Config {
+                    key,
+                    message: format!("{value:?}: {message}"),
+                },
+                other => Error::Config {
+                    key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
+                    message: other.to_string(),
+                },
+            })?;
+        if checkpoint_config.is_some() && !args.configuration.contains_key(floe_storage::JOB_STORAGE_KEY) {
+            return Err(Error::Config {
+                key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
+                message: format!(
+                    "checkpoints need job storage: set spec.storage.url (or {})",
+                    floe_storage::JOB_STORAGE_KEY
+                ),
+            });
+        }
+        let checkpoints = checkpoint_config.map(|config| {
+            let (tasks, sources) = checkpoint_tasks(&graph);
+            JobCheckpoints::new(&id, config, tasks, sources)
+        });
         Ok(JobMaster {
             id,
             args,
@@ -236,14 +276,160 @@ impl JobMaster {
             remote_shuffle,
             restored: BTreeMap::new(),
             restored_finished: std::collections::BTreeSet::new(),
+            checkpoints,
+            awaiting_holders: Vec::new(),
+            holders_deadline_ms: 0,
+            holders: BTreeMap::new(),
+            checkpoint_lineage: (0, 0),
         })
+    }
+
+    /// A checkpointing job starts once its job storage was read for an earlier checkpoint; a resumed
+    /// one with local partitions once TaskManagers reported them all or the reconnect window closed.
+    pub fn ready_to_start(&self, now_ms: u64) -> bool {
+        let holders_known = self.awaiting_holders.is_empty() || now_ms >= self.holders_deadline_ms;
+        holders_known && self.checkpoints.as_ref().is_none_or(|c| c.ready)
+    }
+
+    /// A TaskManager (re)registered holding these finished partitions: executions the log shows
+    /// finished whose every partition it holds (same attempt) are not run again.
+    pub fn partitions_held(
+        &mut self,
+        taskmanager: &str,
+        address: &str,
+        held: &[(ResultPartitionId, PartitionStats)],
+    ) {
+        if self.status != JobStatus::Created || self.awaiting_holders.is_empty() {
+            return;
+        }
+        let held: BTreeMap<&ResultPartitionId, &PartitionStats> =
+            held.iter().map(|(id, s)| (id, s)).collect();
+        let mut still = Vec::new();
+        for f in std::mem::take(&mut self.awaiting_holders) {
+            let v = ExecutionVertexId::new(f.vertex, f.subtask);
+            let ids: Vec<ResultPartitionId> = self
+                .graph
+                .produced_partitions(v)
+                .map(|p| ResultPartitionId {
+                    job_id: self.id.clone(),
+                    result: p.result.0,
+                    partition: p.partition,
+                    attempt: f.attempt,
+                })
+                .collect();
+            let stats: Option<Vec<PartitionStats>> =
+                ids.iter().map(|id| held.get(id).map(|s| (*s).clone())).collect();
+            match stats {
+                Some(stats) if !ids.is_empty() => {
+                    self.restored.insert(v, (f.attempt, stats));
+                    self.holders
+                        .insert(v, (taskmanager.to_string(), address.to_string()));
+                }
+                _ => still.push(f),
+            }
+        }
+        self.awaiting_holders = still;
+    }
+
+    /// Continue after `latest` (read from the job storage; `None`: a fresh start).
+    pub fn resume_checkpoints(&mut self, latest: Option<CompletedCheckpoint>) {
+        let (tasks, sources) = checkpoint_tasks(&self.graph);
+        if let Some(c) = self.checkpoints.as_mut() {
+            if let Some(l) = &latest {
+                tracing::info!(job = %self.id, checkpoint = l.id, "the job restores from its latest checkpoint");
+            }
+            c.resume_from(&self.id, tasks, sources, latest);
+        }
+    }
+
+    /// Sources to send barrier `n` to, when checkpoint `n` is due: (address, attempt).
+    pub fn trigger_checkpoint(&mut self, now_ms: u64) -> Option<(u64, Vec<(String, AttemptId)>)> {
+        if self.status != JobStatus::Running {
+            return None;
+        }
+        let all_running = self
+            .graph
+            .execution_vertices()
+            .all(|e| e.current.state == ExecutionState::Running);
+        let (id, sources) = self.checkpoints.as_mut()?.maybe_trigger(now_ms, all_running)?;
+        self.checkpoint_lineage = (id, self.restarts);
+        let targets = self
+            .graph
+            .execution_vertices()
+            .filter(|e| sources.contains(&self.graph.task_name(e.id)))
+            .filter_map(|e| {
+                let slot = self.location[self.graph.global_index(e.id)].as_ref()?;
+                Some((slot.address.clone(), self.attempt_id(e.id)))
+            })
+            .collect();
+        Some((id, targets))
+    }
+
+    /// A task acknowledged checkpoint `checkpoint`; `Some` when it completed (write the metadata).
+    pub fn acknowledge_checkpoint(
+        &mut self,
+        id: &AttemptId,
+        checkpoint: u64,
+        snapshot: TaskSnapshot,
+        now_ms: u64,
+    ) -> Option<CompletedCheckpoint> {
+        if !self.is_current(id) {
+            return None;
+        }
+        let task = self.graph.task_name(id.vertex);
+        self.checkpoints
+            .as_mut()?
+            .acknowledge(checkpoint, &task, snapshot, now_ms)
+    }
+
+    pub fn decline_checkpoint(&mut self, id: &AttemptId, checkpoint: u64, reason: &str) {
+        if self.is_current(id)
+            && let Some(c) = self.checkpoints.as_mut()
+        {
+            let why = format!("{} declined: {reason}", self.graph.task_name(id.vertex));
+            c.abort(Some(checkpoint), &why);
+        }
+    }
+
+    /// Whether completed checkpoint `id` still describes the running attempts (no restart since it
+    /// was triggered).
+    pub fn checkpoint_is_current(&self, id: u64) -> bool {
+        self.status == JobStatus::Running && self.checkpoint_lineage == (id, self.restarts)
+    }
+
+    /// Checkpoint metadata is written: returns what retention drops and the TaskManagers to notify.
+    pub fn checkpoint_completed(&mut self, checkpoint: CompletedCheckpoint) -> (Subsumed, Vec<String>) {
+        let Some(c) = self.checkpoints.as_mut() else {
+            return (Subsumed::default(), Vec::new());
+        };
+        let subsumed = c.completed(checkpoint);
+        let addresses = self
+            .location
+            .iter()
+            .flatten()
+            .map(|s| s.address.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        (subsumed, addresses)
     }
 
     /// Takes over executions that finished under an earlier JobManager: they will not run again.
     /// Only with remote shuffle, whose partitions outlive every process, and only for the attempt a
     /// fresh graph starts at (their partitions are named by attempt); the rest run again.
-    pub fn restore_finished(&mut self, finished: &[FinishedExecution]) -> usize {
+    pub fn restore_finished(&mut self, finished: &[FinishedExecution], holders_deadline_ms: u64) -> usize {
         if !self.remote_shuffle {
+            // Local partitions: restored as TaskManagers report holding them.
+            self.awaiting_holders = finished
+                .iter()
+                .filter(|f| {
+                    let v = ExecutionVertexId::new(f.vertex, f.subtask);
+                    self.graph.execution_vertex(v).map(|e| e.current.attempt).ok() == Some(f.attempt)
+                        && self.graph.produced_partitions(v).next().is_some()
+                })
+                .cloned()
+                .collect();
+            self.holders_deadline_ms = holders_deadline_ms;
             return 0;
         }
         for f in finished {
@@ -261,6 +447,13 @@ impl JobMaster {
             }
         }
         self.restored.len()
+    }
+
+    /// Whether the subtask's results are blocking (kept after it finished, so worth logging).
+    pub fn produces_blocking(&self, v: ExecutionVertexId) -> bool {
+        self.graph
+            .produced_partitions(v)
+            .any(|p| self.graph.result(p.result).partition_type.is_blocking())
     }
 
     /// Slots the job needs (slot sharing).
@@ -338,15 +531,19 @@ impl JobMaster {
                     tracing::error!("deploy {}: {e}", self.graph.task_name(v));
                 }
             }
+            // A restored execution's local partitions are where the TaskManager that holds them is.
+            let (holder, holder_address) = match self.holders.get(&v) {
+                Some((tm, address)) => (tm.clone(), address.clone()),
+                None => (slot.taskmanager.clone(), slot.address.clone()),
+            };
             for p in self.graph.produced_partitions(v).collect::<Vec<_>>() {
                 let kind = self.partition_kind(p.result);
                 let address = match kind {
                     PartitionKind::Remote => floe_shuffle::OBJECT_STORAGE_ADDRESS.to_string(),
-                    _ => slot.address.clone(),
+                    _ => holder_address.clone(),
                 };
                 let id = self.partition_id(p);
-                self.shuffle
-                    .register_partition(id, slot.taskmanager.clone(), address, kind);
+                self.shuffle.register_partition(id, holder.clone(), address, kind);
             }
             self.location[global] = Some(slot);
             self.counters[global] = TaskCounters::default();
@@ -448,6 +645,10 @@ impl JobMaster {
             fingerprint: self.fingerprint.clone(),
             inputs,
             outputs,
+            restore: self
+                .checkpoints
+                .as_ref()
+                .and_then(|c| c.restore_of(&self.graph.task_name(v))),
         }
     }
 
@@ -505,6 +706,9 @@ impl JobMaster {
             ExecutionState::Finished => {
                 if let Err(e) = self.graph.transition(v, ExecutionState::Finished) {
                     return self.on_failure(&[v], format!("bad report: {e}"));
+                }
+                if let Some(c) = self.checkpoints.as_mut() {
+                    c.abort(None, "a task finished");
                 }
                 let partitions: Vec<PartitionId> = self.graph.produced_partitions(v).collect();
                 for (p, stats) in partitions.iter().zip(
@@ -610,6 +814,9 @@ impl JobMaster {
     /// Region failover for executions that failed together, or the end of the job when the restart
     /// strategy is exhausted.
     fn on_failure(&mut self, failed: &[ExecutionVertexId], cause: String) -> Vec<Action> {
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.abort(None, &cause);
+        }
         for &v in failed {
             let _ = self.graph.transition(v, ExecutionState::Failed);
             let global = self.graph.global_index(v);

@@ -45,6 +45,13 @@ pub enum Event {
         produced: Vec<Vec<u64>>,
         time_ms: u64,
     },
+    /// A checkpoint's metadata was written (`checkpoints/{job}/chk-{n}/_metadata`): a restarted
+    /// JobManager resumes the job from the newest readable one.
+    CheckpointCompleted {
+        job_id: String,
+        checkpoint: u64,
+        time_ms: u64,
+    },
 }
 
 /// A job as the log tells it.
@@ -59,6 +66,8 @@ pub struct LoggedJob {
     pub failure: Option<String>,
     pub submitted_ms: u64,
     pub changed_ms: u64,
+    /// The latest checkpoint the log saw complete.
+    pub checkpoint: Option<u64>,
 }
 
 impl LoggedJob {
@@ -92,6 +101,7 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                 failure: None,
                 submitted_ms: *time_ms,
                 changed_ms: *time_ms,
+                checkpoint: None,
             }),
             Event::JobStatusChanged {
                 job_id,
@@ -122,6 +132,13 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                         attempt: *attempt,
                         produced: produced.clone(),
                     });
+                }
+            }
+            Event::CheckpointCompleted {
+                job_id, checkpoint, ..
+            } => {
+                if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
+                    j.checkpoint = Some(*checkpoint);
                 }
             }
         }

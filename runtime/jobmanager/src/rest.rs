@@ -1,5 +1,5 @@
 //! The REST API, in the shape of Flink's: `GET /jobs`, `GET /jobs/{id}`, `PATCH /jobs/{id}` (cancel),
-//! plus `GET /taskmanagers` (slots and shuffle buffer use, which the backpressure test reads).
+//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint), plus `GET /taskmanagers` (slots and shuffle buffer use, which the backpressure test reads).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -15,6 +15,7 @@ pub fn router(jm: JobManager) -> Router {
     Router::new()
         .route("/jobs", get(list_jobs))
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
+        .route("/jobs/{id}/checkpoints", get(checkpoints))
         .route("/taskmanagers", get(taskmanagers))
         .with_state(jm)
 }
@@ -141,6 +142,45 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
         "regions": regions,
         "slots": slots,
     })
+}
+
+/// Flink's checkpoint statistics, in its shape: counts, and the latest completed checkpoint with
+/// its sizes (`state_size` all the state, `checkpointed_size` what this checkpoint uploaded).
+async fn checkpoints(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    let state = jm.state();
+    let Some(job) = state.jobs.get(&id) else {
+        return not_found(format!("job {id} not found"));
+    };
+    let Some(c) = job.master.checkpoints.as_ref() else {
+        return Json(json!({
+            "counts": { "triggered": 0, "in_progress": 0, "completed": 0, "failed": 0 },
+            "latest": { "completed": null },
+            "enabled": false,
+        }))
+        .into_response();
+    };
+    let latest = c.latest.as_ref().map(|l| {
+        json!({
+            "id": l.id,
+            "trigger_timestamp": l.triggered_ms,
+            "latest_ack_timestamp": l.completed_ms,
+            "end_to_end_duration": l.completed_ms.saturating_sub(l.triggered_ms),
+            "state_size": l.state_bytes(),
+            "checkpointed_size": l.uploaded_bytes(),
+            "external_path": format!("checkpoints/{}/chk-{}", l.job_id, l.id),
+        })
+    });
+    Json(json!({
+        "enabled": true,
+        "counts": {
+            "triggered": c.counts.triggered,
+            "in_progress": u64::from(c.pending().is_some()),
+            "completed": c.counts.completed,
+            "failed": c.counts.failed,
+        },
+        "latest": { "completed": latest },
+    }))
+    .into_response()
 }
 
 async fn cancel_job(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {

@@ -29,6 +29,9 @@ pub struct JobManagerConfig {
     pub heartbeat_timeout: Duration,
     /// How long a job waits for enough slots (`slot.request.timeout`; Flink 300 s, Floe 60 s).
     pub slot_request_timeout: Duration,
+    /// After a restart, how long a resumed job waits for TaskManagers to report the finished
+    /// partitions they still hold before it runs their producers again.
+    pub partition_reconnect_timeout: Duration,
 }
 
 impl Default for JobManagerConfig {
@@ -39,6 +42,7 @@ impl Default for JobManagerConfig {
             heartbeat_interval: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(10),
             slot_request_timeout: Duration::from_secs(60),
+            partition_reconnect_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -54,6 +58,8 @@ pub struct TaskManagerInfo {
     pub buffered_bytes_peak: u64,
     pub rss_bytes: u64,
     pub rss_peak_bytes: u64,
+    /// Finished partitions it reported holding when it registered.
+    pub held: Vec<(floe_shuffle::ResultPartitionId, floe_shuffle::PartitionStats)>,
 }
 
 /// A job and its times.
@@ -240,6 +246,7 @@ impl JobManager {
                 end_time_ms: None,
             },
         );
+        self.resume_checkpoints(&id);
         self.try_start_jobs();
         Ok(id)
     }
@@ -295,12 +302,39 @@ impl JobManager {
         self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Hands executions that finished under an earlier JobManager to a job not started yet.
+    /// Hands executions that finished under an earlier JobManager to a job not started yet. With
+    /// local blocking partitions the job waits (up to the partition reconnect timeout) for
+    /// TaskManagers to register with the partitions they still hold.
     pub fn restore_finished(&self, job_id: &str, finished: &[crate::job::FinishedExecution]) -> usize {
-        match self.state().jobs.get_mut(job_id) {
-            Some(job) => job.master.restore_finished(finished),
-            None => 0,
+        let wait = self.inner.config.partition_reconnect_timeout;
+        let restored = {
+            let mut state = self.state();
+            let State {
+                jobs, taskmanagers, ..
+            } = &mut *state;
+            match jobs.get_mut(job_id) {
+                Some(job) => {
+                    let n = job
+                        .master
+                        .restore_finished(finished, now_ms() + wait.as_millis() as u64);
+                    // TaskManagers that registered before: what they said they hold.
+                    for tm in taskmanagers.values() {
+                        job.master.partitions_held(&tm.id, &tm.address, &tm.held);
+                    }
+                    n
+                }
+                None => 0,
+            }
+        };
+        if !wait.is_zero() {
+            // The job may start once the window closes even if no TaskManager reports anything.
+            let this = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                this.try_start_jobs();
+            });
         }
+        restored
     }
 
     /// Records a job that ended under an earlier JobManager (from the operation log).
@@ -323,14 +357,14 @@ impl JobManager {
     }
 
     /// Starts every CREATED job that now fits; fails those that waited longer than the slot timeout.
-    fn try_start_jobs(&self) {
+    pub(crate) fn try_start_jobs(&self) {
         let mut actions = Vec::new();
         {
             let mut state = self.state();
             let ids: Vec<String> = state
                 .jobs
                 .iter()
-                .filter(|(_, j)| j.master.status == JobStatus::Created)
+                .filter(|(_, j)| j.master.status == JobStatus::Created && j.master.ready_to_start(now_ms()))
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in ids {
@@ -462,7 +496,7 @@ impl JobManager {
         self.perform(actions);
     }
 
-    async fn client(&self, address: &str) -> Result<TaskExecutorClient<Channel>, String> {
+    pub(crate) async fn client(&self, address: &str) -> Result<TaskExecutorClient<Channel>, String> {
         if let Some(c) = self
             .inner
             .clients
@@ -586,6 +620,14 @@ impl JobManager {
                 monitor.check_heartbeats();
             }
         });
+        let checkpoints = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tick.tick().await;
+                checkpoints.trigger_checkpoints();
+            }
+        });
         let app = crate::rest::router(self.clone());
         let rest_server = tokio::spawn(async move { axum::serve(rest, app).await });
         let grpc = tonic::transport::Server::builder()
@@ -599,7 +641,7 @@ impl JobManager {
     }
 }
 
-fn attempt_to_proto(id: &AttemptId) -> pb::ExecutionAttemptId {
+pub(crate) fn attempt_to_proto(id: &AttemptId) -> pb::ExecutionAttemptId {
     pb::ExecutionAttemptId {
         job_id: id.job_id.clone(),
         vertex: id.vertex.vertex.0,
@@ -608,7 +650,7 @@ fn attempt_to_proto(id: &AttemptId) -> pb::ExecutionAttemptId {
     }
 }
 
-fn attempt_from_proto(id: Option<pb::ExecutionAttemptId>) -> Result<AttemptId, Status> {
+pub(crate) fn attempt_from_proto(id: Option<pb::ExecutionAttemptId>) -> Result<AttemptId, Status> {
     let id = id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
     Ok(AttemptId {
         job_id: id.job_id,
@@ -624,6 +666,12 @@ fn to_proto(d: &Deployment) -> pb::TaskDeployment {
         args: d.job.args.clone(),
         configuration: d.job.configuration.clone().into_iter().collect(),
         graph_fingerprint: d.fingerprint.clone(),
+        restore_checkpoint: d.restore.as_ref().map_or(0, |r| r.0),
+        restore_snapshot_json: d
+            .restore
+            .as_ref()
+            .map(|r| serde_json::to_string(&r.1).unwrap_or_default())
+            .unwrap_or_default(),
         inputs: d
             .inputs
             .iter()
@@ -679,8 +727,32 @@ impl JobManagerRpc for JobManager {
                 "slots: a TaskManager must offer at least 1 slot",
             ));
         }
-        tracing::info!(taskmanager = %r.taskmanager_id, address = %r.address, slots = r.slots, "TaskManager registered");
-        self.state().taskmanagers.insert(
+        tracing::info!(
+            taskmanager = %r.taskmanager_id,
+            address = %r.address,
+            slots = r.slots,
+            held_partitions = r.held_ids.len(),
+            "TaskManager registered"
+        );
+        let held: Vec<(floe_shuffle::ResultPartitionId, floe_shuffle::PartitionStats)> = r
+            .held_ids
+            .iter()
+            .cloned()
+            .zip(&r.held)
+            .map(|(id, stats)| {
+                (
+                    id.into(),
+                    floe_shuffle::PartitionStats {
+                        bytes_per_subpartition: stats.bytes_per_subpartition.clone(),
+                    },
+                )
+            })
+            .collect();
+        let mut state = self.state();
+        for job in state.jobs.values_mut() {
+            job.master.partitions_held(&r.taskmanager_id, &r.address, &held);
+        }
+        state.taskmanagers.insert(
             r.taskmanager_id.clone(),
             TaskManagerInfo {
                 id: r.taskmanager_id,
@@ -691,8 +763,10 @@ impl JobManagerRpc for JobManager {
                 buffered_bytes_peak: 0,
                 rss_bytes: 0,
                 rss_peak_bytes: 0,
+                held,
             },
         );
+        drop(state);
         self.try_start_jobs();
         Ok(Response::new(pb::RegisterTaskManagerResponse {
             jobmanager_id: self.inner.id.clone(),
@@ -767,14 +841,15 @@ impl JobManagerRpc for JobManager {
             records_out: m.records_out,
         });
         let error = (!r.error.is_empty()).then_some(r.error);
-        // A finished execution of a job with remote partitions is logged before it counts: a
-        // JobManager that takes over will not run it again.
+        // A finished execution with blocking results is logged before it counts: a JobManager that
+        // takes over will not run it again (remote results are in object storage; local ones are
+        // reported by the TaskManager that holds them).
         let logged = state == ExecutionState::Finished
             && self
                 .state()
                 .jobs
                 .get(&id.job_id)
-                .is_some_and(|j| j.master.remote_shuffle);
+                .is_some_and(|j| j.master.remote_shuffle || j.master.produces_blocking(id.vertex));
         if logged {
             let event = crate::oplog::Event::ExecutionFinished {
                 job_id: id.job_id.clone(),
@@ -867,6 +942,30 @@ impl JobManagerRpc for JobManager {
                     .map(|tm| tm.rss_peak_bytes)
                     .sum::<u64>(),
         }))
+    }
+
+    async fn acknowledge_checkpoint(
+        &self,
+        request: Request<pb::AcknowledgeCheckpointRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let r = request.into_inner();
+        let id = attempt_from_proto(r.id)?;
+        let snapshot: floe_checkpoint::TaskSnapshot = serde_json::from_str(&r.snapshot_json)
+            .map_err(|e| Status::invalid_argument(format!("snapshot_json: not a task snapshot: {e}")))?;
+        self.on_checkpoint_ack(&id, &r.taskmanager_id, r.checkpoint, snapshot);
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn decline_checkpoint(
+        &self,
+        request: Request<pb::DeclineCheckpointRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let r = request.into_inner();
+        let id = attempt_from_proto(r.id)?;
+        if let Some(job) = self.state().jobs.get_mut(&id.job_id) {
+            job.master.decline_checkpoint(&id, r.checkpoint, &r.reason);
+        }
+        Ok(Response::new(pb::Ack {}))
     }
 
     async fn cancel_job(&self, request: Request<pb::CancelJobRequest>) -> Result<Response<pb::Ack>, Status> {

@@ -166,6 +166,37 @@ impl ShuffleEnvironment {
         }
     }
 
+    /// The finished blocking partitions this TaskManager holds, with their sizes: what it tells a new
+    /// JobManager when it registers, so that their producers need not run again.
+    pub fn finished_partitions(&self) -> Vec<(ResultPartitionId, crate::PartitionStats)> {
+        let mut held: Vec<_> = lock(&self.shared.partitions)
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Partition::Blocking(b) => b.finished_stats().map(|s| (id.clone(), s)),
+                Partition::Pipelined(_) => None,
+            })
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        held
+    }
+
+    /// Drops what the tasks of a JobManager that is gone were producing (pipelined partitions and
+    /// unfinished blocking ones) and keeps the finished blocking partitions for its successor.
+    pub fn release_unfinished(&self) {
+        let released: Vec<Partition> = {
+            let mut partitions = lock(&self.shared.partitions);
+            let ids: Vec<ResultPartitionId> = partitions
+                .iter()
+                .filter(|(_, p)| !matches!(p, Partition::Blocking(b) if b.finished_stats().is_some()))
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| partitions.remove(id)).collect()
+        };
+        for partition in &released {
+            partition.release();
+        }
+    }
+
     /// Where a blocking partition's data and index files are (whether or not they exist).
     pub fn blocking_files(&self, id: &ResultPartitionId) -> (std::path::PathBuf, std::path::PathBuf) {
         blocking_paths(&self.shared.config.data_dir, id)

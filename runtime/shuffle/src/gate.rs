@@ -21,7 +21,9 @@ use tonic::{Code, Status, Streaming};
 use crate::environment::Shared;
 use crate::memory::TrackedBuffer;
 use crate::partition::lock;
-use crate::{Error, InputChannelSpec, InputGate, OBJECT_STORAGE_ADDRESS, Result, ResultPartitionId};
+use crate::{
+    Error, GateItem, InputChannelSpec, InputGate, OBJECT_STORAGE_ADDRESS, Result, ResultPartitionId,
+};
 use floe_proto::v1::read_request::Kind;
 use floe_proto::v1::shuffle_client::ShuffleClient;
 use floe_proto::v1::{OpenSubpartition, ReadRequest, ShuffleBuffer};
@@ -39,6 +41,7 @@ enum Event {
     /// The stream is open; credits for it go to this sender.
     Opened(usize, mpsc::UnboundedSender<ReadRequest>),
     Buffer(usize, TrackedBuffer),
+    Barrier(usize, u64),
     End(usize),
     Failed(Error),
 }
@@ -50,11 +53,76 @@ enum GateState {
         events: mpsc::UnboundedReceiver<Event>,
         credits: Vec<Option<mpsc::UnboundedSender<ReadRequest>>>,
         remaining: usize,
+        alignment: Alignment,
         /// Aborts the stream tasks when the gate is dropped.
         _tasks: JoinSet<()>,
     },
     Finished,
     Failed(String),
+}
+
+/// Barrier alignment: which channels delivered the barrier being aligned, and the buffers of those
+/// channels held back meanwhile. A held buffer's credit goes out only when the task takes it, so a
+/// blocked channel holds at most its credit's worth of buffers.
+#[derive(Debug)]
+struct Alignment {
+    checkpoint: Option<u64>,
+    blocked: Vec<bool>,
+    ended: Vec<bool>,
+    held: std::collections::VecDeque<(usize, TrackedBuffer)>,
+}
+
+impl Alignment {
+    fn new(streams: usize) -> Self {
+        Alignment {
+            checkpoint: None,
+            blocked: vec![false; streams],
+            ended: vec![false; streams],
+            held: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Channel `index` delivered barrier `id`; `Some(id)` when that completes the alignment.
+    fn barrier(&mut self, index: usize, id: u64) -> Option<u64> {
+        match self.checkpoint {
+            Some(current) if id < current => return None, // an aborted checkpoint's straggler
+            Some(current) if id > current => {
+                // The aligned checkpoint was abandoned upstream: start over for the newer one.
+                self.blocked.iter_mut().for_each(|b| *b = false);
+                self.checkpoint = Some(id);
+            }
+            Some(_) => {}
+            None => self.checkpoint = Some(id),
+        }
+        self.blocked[index] = true;
+        self.complete()
+    }
+
+    fn end(&mut self, index: usize) -> Option<u64> {
+        self.ended[index] = true;
+        self.complete()
+    }
+
+    /// Every channel still open delivered the barrier: unblock.
+    fn complete(&mut self) -> Option<u64> {
+        let id = self.checkpoint?;
+        let aligned = self.blocked.iter().zip(&self.ended).all(|(b, e)| *b || *e);
+        if !aligned {
+            return None;
+        }
+        self.checkpoint = None;
+        self.blocked.iter_mut().for_each(|b| *b = false);
+        Some(id)
+    }
+}
+
+fn grant_credit(credits: &[Option<mpsc::UnboundedSender<ReadRequest>>], index: usize) {
+    if let Some(sender) = &credits[index] {
+        // The stream may have just failed; its task reports that.
+        let _ = sender.send(ReadRequest {
+            kind: Some(Kind::Credit(1)),
+        });
+    }
 }
 
 /// The [`InputGate`] of [`crate::ShuffleEnvironment::create_input_gate`].
@@ -111,6 +179,7 @@ impl RemoteInputGate {
                 events,
                 credits: (0..streams).map(|_| None).collect(),
                 remaining: streams,
+                alignment: Alignment::new(streams),
                 _tasks: tasks,
             }
         };
@@ -119,9 +188,9 @@ impl RemoteInputGate {
 
 #[async_trait]
 impl InputGate for RemoteInputGate {
-    async fn next(&mut self) -> Result<Option<Bytes>> {
+    async fn next(&mut self) -> Result<Option<GateItem>> {
         loop {
-            let (events, credits, remaining) = match &mut self.state {
+            let (events, credits, remaining, alignment) = match &mut self.state {
                 GateState::NotStarted => {
                     self.start();
                     continue;
@@ -132,28 +201,45 @@ impl InputGate for RemoteInputGate {
                     events,
                     credits,
                     remaining,
+                    alignment,
                     ..
-                } => (events, credits, remaining),
+                } => (events, credits, remaining, alignment),
             };
+            // Buffers held back during an alignment that has completed go first, in arrival order.
+            if let Some(at) = alignment.held.iter().position(|(i, _)| !alignment.blocked[*i]) {
+                if let Some((index, buffer)) = alignment.held.remove(at) {
+                    let data = buffer.into_bytes();
+                    grant_credit(credits, index);
+                    return Ok(Some(GateItem::Buffer(data)));
+                }
+            }
+            if *remaining == 0 && alignment.held.is_empty() {
+                self.state = GateState::Finished;
+                return Ok(None);
+            }
             match events.recv().await {
                 Some(Event::Opened(index, sender)) => credits[index] = Some(sender),
                 Some(Event::Buffer(index, buffer)) => {
+                    if alignment.blocked[index] {
+                        alignment.held.push_back((index, buffer));
+                        continue;
+                    }
                     // Uncounted before the credit goes out, or the next buffer may arrive first.
                     let data = buffer.into_bytes();
-                    if let Some(sender) = &credits[index] {
-                        // The stream may have just failed; its task reports that.
-                        let _ = sender.send(ReadRequest {
-                            kind: Some(Kind::Credit(1)),
-                        });
+                    grant_credit(credits, index);
+                    return Ok(Some(GateItem::Buffer(data)));
+                }
+                Some(Event::Barrier(index, id)) => {
+                    grant_credit(credits, index);
+                    if let Some(id) = alignment.barrier(index, id) {
+                        return Ok(Some(GateItem::Barrier(id)));
                     }
-                    return Ok(Some(data));
                 }
                 Some(Event::End(index)) => {
                     credits[index] = None;
                     *remaining -= 1;
-                    if *remaining == 0 {
-                        self.state = GateState::Finished;
-                        return Ok(None);
+                    if let Some(id) = alignment.end(index) {
+                        return Ok(Some(GateItem::Barrier(id)));
                     }
                 }
                 Some(Event::Failed(error)) => {
@@ -277,6 +363,12 @@ impl Stream {
                         return Ok(());
                     }
                 }
+                ReadItem::Barrier(id) => {
+                    credit -= 1;
+                    if events.send(Event::Barrier(self.index, id)).is_err() {
+                        return Ok(());
+                    }
+                }
                 ReadItem::End => {
                     let _ = events.send(Event::End(self.index));
                     return Ok(());
@@ -302,7 +394,11 @@ impl Stream {
             let ShuffleBuffer {
                 data,
                 end_of_partition,
+                barrier,
             } = message;
+            if barrier != 0 && events.send(Event::Barrier(self.index, barrier)).is_err() {
+                return Ok(());
+            }
             if !data.is_empty() {
                 let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
                 if events.send(Event::Buffer(self.index, buffer)).is_err() {
@@ -420,5 +516,27 @@ impl Stream {
                 message: format!("{code:?}: {}", status.message()),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Alignment;
+
+    #[test]
+    fn a_barrier_is_aligned_once_every_open_channel_delivered_it() {
+        let mut a = Alignment::new(3);
+        assert_eq!(a.barrier(0, 1), None);
+        assert!(a.blocked[0] && !a.blocked[1], "channel 0 waits for the others");
+        assert_eq!(a.barrier(2, 1), None);
+        // Channel 1 ends instead of sending the barrier: nothing more can come from it.
+        assert_eq!(a.end(1), Some(1));
+        assert!(a.blocked.iter().all(|b| !b), "aligned: every channel flows again");
+        // A newer barrier abandons the alignment of an older one; a straggler of the older is ignored.
+        assert_eq!(a.barrier(0, 2), None);
+        assert_eq!(a.barrier(2, 3), None);
+        assert!(!a.blocked[0] && a.blocked[2]);
+        assert_eq!(a.barrier(0, 2), None);
+        assert_eq!(a.barrier(0, 3), Some(3));
     }
 }

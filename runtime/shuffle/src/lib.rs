@@ -129,15 +129,42 @@ pub struct InputChannelSpec {
 pub trait PartitionWriter: Send {
     fn num_subpartitions(&self) -> u32;
     async fn emit(&mut self, subpartition: u32, buffer: Bytes) -> Result<()>;
+    /// Puts checkpoint barrier `checkpoint` into every subpartition, after the buffers emitted so
+    /// far. Only pipelined partitions carry barriers (streaming jobs); blocking ones ignore them.
+    async fn emit_barrier(&mut self, checkpoint: u64) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
     async fn finish(self: Box<Self>) -> Result<PartitionStats>;
+}
+
+/// What an [`InputGate`] yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateItem {
+    Buffer(Bytes),
+    /// Every channel delivered the barrier of this checkpoint (aligned): the task snapshots now.
+    Barrier(u64),
 }
 
 /// Task side, consumer: the channels of one input, merged in arrival order.
 ///
 /// Invariants: yields each buffer of each channel exactly once, in order per channel; returns
 /// `Ok(None)` only after every channel reached end-of-partition; a lost producer is an error, not an
-/// early end.
+/// early end. Barriers are aligned (Flink's exactly-once mode): once a channel delivered barrier `n`,
+/// its later buffers are held back until every channel still open delivered it, then
+/// [`GateItem::Barrier`] is yielded once, before any buffer that followed a barrier.
 #[async_trait]
 pub trait InputGate: Send {
-    async fn next(&mut self) -> Result<Option<Bytes>>;
+    async fn next(&mut self) -> Result<Option<GateItem>>;
+
+    /// The next buffer, passing over barriers (for readers that take no checkpoints).
+    async fn next_buffer(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            match self.next().await? {
+                Some(GateItem::Buffer(b)) => return Ok(Some(b)),
+                Some(GateItem::Barrier(_)) => {}
+                None => return Ok(None),
+            }
+        }
+    }
 }

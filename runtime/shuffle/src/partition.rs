@@ -69,6 +69,7 @@ fn check_subpartition(name: &str, subpartition: u32, count: u32) -> Result<usize
 #[derive(Debug)]
 pub(crate) enum ReadItem {
     Data(Bytes),
+    Barrier(u64),
     End,
 }
 
@@ -94,6 +95,7 @@ impl SubpartitionReader {
 #[derive(Debug)]
 enum QueueItem {
     Data(TrackedBuffer),
+    Barrier(u64),
     End,
 }
 
@@ -232,6 +234,16 @@ impl PartitionWriter for PipelinedWriter {
         Ok(())
     }
 
+    async fn emit_barrier(&mut self, checkpoint: u64) -> Result<()> {
+        // Barriers take no queue slot: they are a few bytes and at most one is in flight per checkpoint.
+        for sender in &self.senders {
+            sender
+                .send(QueueItem::Barrier(checkpoint))
+                .map_err(|_| Error::Released(self.partition.name.clone()))?;
+        }
+        Ok(())
+    }
+
     async fn finish(self: Box<Self>) -> Result<PartitionStats> {
         for sender in &self.senders {
             sender
@@ -268,6 +280,7 @@ impl PipelinedReader {
         };
         match rx.recv().await {
             Some(QueueItem::Data(buffer)) => Ok(ReadItem::Data(buffer.into_bytes())),
+            Some(QueueItem::Barrier(id)) => Ok(ReadItem::Barrier(id)),
             Some(QueueItem::End) => {
                 self.ended = true;
                 Ok(ReadItem::End)
@@ -370,6 +383,20 @@ impl BlockingPartition {
             open: None,
             next: 0,
         })
+    }
+
+    /// Bytes per subpartition, once the writer finished.
+    pub(crate) fn finished_stats(&self) -> Option<PartitionStats> {
+        match &*self.state.borrow() {
+            BlockingState::Finished(index) => Some(PartitionStats {
+                bytes_per_subpartition: index
+                    .entries
+                    .iter()
+                    .map(|e| e.iter().map(|(_, len)| len).sum())
+                    .collect(),
+            }),
+            BlockingState::Writing => None,
+        }
     }
 
     /// Waits until the writer finished; an error if it was dropped unfinished.

@@ -16,7 +16,7 @@ use crate::{Error, PartitionStats, PartitionWriter, Result, ResultPartitionId};
 
 /// Configuration key of the job's storage prefix (`{storage.url}/{namespace}/{job-name}`), set from the
 /// manifest's `spec.storage`.
-pub const JOB_STORAGE_KEY: &str = "floe.job-storage.url";
+pub use floe_storage::JOB_STORAGE_KEY;
 /// Configuration key that turns blocking partitions into remote ones.
 pub const REMOTE_SHUFFLE_KEY: &str = "shuffle.remote.enabled";
 
@@ -229,14 +229,14 @@ mod tests {
         };
         let mut gate = consumer.create_input_gate_with_storage(vec![channel(1)], Some(store.clone()));
         let mut got = Vec::new();
-        while let Some(b) = gate.next().await.unwrap() {
+        while let Some(b) = gate.next_buffer().await.unwrap() {
             got.push(b);
         }
         assert_eq!(got, [Bytes::from(vec![1u8; 11]), Bytes::from(vec![3u8; 13])]);
 
         // Without storage the gate fails, naming the partition.
         let mut gate = consumer.create_input_gate(vec![channel(0)]);
-        let e = gate.next().await.unwrap_err().to_string();
+        let e = gate.next_buffer().await.unwrap_err().to_string();
         assert!(e.contains("job1/r0-p1-a0") && e.contains("no storage"), "{e}");
 
         // A truncated object is an error naming it.
@@ -244,10 +244,10 @@ mod tests {
         let whole = store.get(&path).await.unwrap();
         store.put(&path, whole.slice(..whole.len() - 3)).await.unwrap();
         let mut gate = consumer.create_input_gate_with_storage(vec![channel(0)], Some(store.clone()));
-        let e = gate.next().await;
+        let e = gate.next_buffer().await;
         let e = match e {
             Err(e) => e.to_string(),
-            Ok(_) => gate.next().await.map(|_| ()).unwrap_err().to_string(),
+            Ok(_) => gate.next_buffer().await.map(|_| ()).unwrap_err().to_string(),
         };
         assert!(e.contains("truncated") && e.contains("sp-0"), "{e}");
     }

@@ -76,6 +76,15 @@ impl ReadState {
                 Ok(ShuffleBuffer {
                     data,
                     end_of_partition: false,
+                    barrier: 0,
+                })
+            }
+            Ok(ReadItem::Barrier(id)) => {
+                self.credit -= 1;
+                Ok(ShuffleBuffer {
+                    data: bytes::Bytes::new(),
+                    end_of_partition: false,
+                    barrier: id,
                 })
             }
             Ok(ReadItem::End) => {
@@ -83,6 +92,7 @@ impl ReadState {
                 Ok(ShuffleBuffer {
                     data: bytes::Bytes::new(),
                     end_of_partition: true,
+                    barrier: 0,
                 })
             }
             Err(error) => {

@@ -78,7 +78,7 @@ fn lengths(count: usize, max: usize, seed: u64) -> Vec<usize> {
 async fn drain(gate: &mut dyn InputGate, delay: Duration, on_buffer: impl Fn()) -> BTreeMap<u32, u64> {
     let mut next_seq: BTreeMap<u32, u32> = BTreeMap::new();
     let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
-    while let Some(buffer) = gate.next().await.unwrap() {
+    while let Some(buffer) = gate.next_buffer().await.unwrap() {
         let subpartition = u32::from_be_bytes(buffer[0..4].try_into().unwrap());
         let seq = u32::from_be_bytes(buffer[4..8].try_into().unwrap());
         let expected = next_seq.entry(subpartition).or_insert(0);
@@ -96,7 +96,7 @@ async fn drain(gate: &mut dyn InputGate, delay: Duration, on_buffer: impl Fn()) 
         }
     }
     assert!(
-        gate.next().await.unwrap().is_none(),
+        gate.next_buffer().await.unwrap().is_none(),
         "a finished gate stays finished"
     );
     bytes
@@ -331,7 +331,7 @@ async fn blocking_partition_is_read_after_finish_by_several_consumers_then_relea
     producer.release_job("job-b");
     assert!(!data.exists() && !index.exists() && !producer_dir.path().join("job-b").exists());
     let mut after = consumer.create_input_gate(vec![spec(&id, &address, 0..1)]);
-    let error = after.next().await.unwrap_err().to_string();
+    let error = after.next_buffer().await.unwrap_err().to_string();
     assert!(
         error.contains(&address) && error.contains("job-b/r2-p1-a0"),
         "{error}"
@@ -349,7 +349,7 @@ async fn unreachable_producer_is_an_error_naming_address_and_partition() {
     let id = partition_id("job-u", 1, 3);
     let mut gate = consumer.create_input_gate(vec![spec(&id, &address, 0..1)]);
     let started = Instant::now();
-    let error = gate.next().await.unwrap_err();
+    let error = gate.next_buffer().await.unwrap_err();
     assert!(
         error.is_retryable(),
         "unreachable is retryable by the task's restart: {error:?}"
@@ -363,7 +363,7 @@ async fn unreachable_producer_is_an_error_naming_address_and_partition() {
         started.elapsed() >= Duration::from_millis(500),
         "gave up before the retry window"
     );
-    assert!(gate.next().await.is_err(), "a failed gate stays failed");
+    assert!(gate.next_buffer().await.is_err(), "a failed gate stays failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,9 +378,9 @@ async fn producer_failing_mid_partition_is_an_error_not_an_end() {
         .unwrap();
     writer.emit(0, payload(0, 0, 100)).await.unwrap();
     let mut gate = consumer.create_input_gate(vec![spec(&id, &address, 0..1)]);
-    assert_eq!(gate.next().await.unwrap().unwrap(), payload(0, 0, 100));
+    assert_eq!(gate.next_buffer().await.unwrap().unwrap(), payload(0, 0, 100));
     drop(writer); // the producing task failed
-    let error = gate.next().await.unwrap_err().to_string();
+    let error = gate.next_buffer().await.unwrap_err().to_string();
     assert!(
         error.contains(&address) && error.contains("job-f/r1-p0-a0"),
         "{error}"
@@ -445,7 +445,7 @@ async fn throughput() {
                 let mut gate = consumer.create_input_gate(vec![spec(&id, &address, s..s + 1)]);
                 tokio::spawn(async move {
                     let mut bytes = 0u64;
-                    while let Some(b) = gate.next().await.unwrap() {
+                    while let Some(b) = gate.next_buffer().await.unwrap() {
                         bytes += b.len() as u64;
                     }
                     bytes

@@ -1,11 +1,12 @@
 //! Keyed state (DESIGN.md "State and checkpoints"): every key belongs to a key group (Flink's
 //! `KeyGroupRangeAssignment`, over max parallelism), and a task holds the state of a contiguous
 //! range of key groups, so state can be redistributed when parallelism changes. Read
-//! [`KeyedStateBackend`] first; [`HashMapStateBackend`] is the in-memory backend (`hashmap`, full
-//! snapshots). The RocksDB backend (incremental snapshots) is to come behind the same trait.
+//! [`KeyedStateBackend`] first; [`HashMapStateBackend`] is the in-memory backend's snapshot format
+//! (`hashmap`, full snapshots: operators keep their state as objects and write it here at a
+//! checkpoint, as Flink's heap backend does). The RocksDB backend (`floe-state-rocksdb`, incremental
+//! snapshots) implements the same trait, and operators read and write it on every record.
 //!
-//! Not wired into the task runtime yet. Values are bytes; value, list and map state are encodings on
-//! top ([`list`] for lists; a map entry is a key with the user key appended).
+//! Values are bytes; value, list and map state are encodings on top ([`list`] for lists).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -15,39 +16,68 @@ use bytes::{BufMut, Bytes, BytesMut};
 use floe_checkpoint::TaskSnapshot;
 use floe_storage::{ObjectStore, envelope};
 
-/// Why state could not be snapshotted or restored.
+/// Why state could not be read, written, snapshotted or restored.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
     Storage(#[from] floe_storage::Error),
     #[error("state snapshot {url} is corrupt: {reason}")]
     Corrupt { url: String, reason: String },
+    /// The local store (RocksDB) failed.
+    #[error("state backend {backend}: {message}")]
+    Backend { backend: String, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Where one task's snapshot goes: `dir` holds what only this checkpoint uses, `shared` what later
+/// checkpoints may reference too (incremental backends' immutable files); both relative to `store`.
+#[derive(Debug, Clone)]
+pub struct SnapshotTarget {
+    pub store: ObjectStore,
+    pub dir: String,
+    pub shared: String,
+}
+
 /// One task's keyed state, organised by state name and key group.
 ///
 /// Invariants: only key groups in [`KeyedStateBackend::key_groups`] are held; a snapshot holds every
-/// entry at the moment it is taken (later writes are not in it); restoring snapshots keeps exactly the
-/// entries of the restored range's key groups, whichever tasks' snapshots they come from.
-#[async_trait]
+/// entry at the moment [`KeyedStateBackend::prepare_snapshot`] is called (later writes are not in it);
+/// restoring snapshots keeps exactly the entries of the restored range's key groups, whichever tasks'
+/// snapshots they come from.
 pub trait KeyedStateBackend: Send {
     fn key_groups(&self) -> Range<u32>;
-    fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Option<&[u8]>;
-    fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]);
-    fn delete(&mut self, state: &str, key_group: u32, key: &[u8]);
-    /// Writes the state under `path` in `store` and describes what was written.
-    async fn snapshot(&self, store: &ObjectStore, path: &str) -> Result<TaskSnapshot>;
+    fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) -> Result<()>;
+    fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) -> Result<()>;
+    /// The synchronous part of a snapshot (fixes its content; processing goes on once it returns).
+    fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>>;
+}
+
+/// The asynchronous part of a snapshot: the upload.
+#[async_trait]
+pub trait PreparedSnapshot: Send {
+    async fn upload(self: Box<Self>, target: &SnapshotTarget) -> Result<TaskSnapshot>;
 }
 
 type Table = HashMap<Vec<u8>, Vec<u8>>;
 
-/// Keyed state in memory (`state.backend.type: hashmap`): full snapshots.
+/// Keyed state in memory: full snapshots in one object per task and checkpoint.
 #[derive(Debug, Default)]
 pub struct HashMapStateBackend {
     key_groups: Range<u32>,
     tables: BTreeMap<(String, u32), Table>,
+}
+
+/// Reads and checks one snapshot object.
+async fn read_object(store: &ObjectStore, path: &str) -> Result<(String, Bytes)> {
+    let url = store.url_of(path);
+    let bytes = store.get(path).await?;
+    let payload = envelope::open(&url, &bytes).map_err(|e| match e {
+        floe_storage::Error::Corrupt { url, reason } => Error::Corrupt { url, reason },
+        other => Error::Storage(other),
+    })?;
+    Ok((url, payload))
 }
 
 impl HashMapStateBackend {
@@ -67,20 +97,38 @@ impl HashMapStateBackend {
         let mut backend = HashMapStateBackend::new(key_groups.clone());
         for snapshot in snapshots {
             for file in &snapshot.files {
-                let url = store.url_of(file);
-                let bytes = store.get(file).await?;
-                let payload = envelope::open(&url, &bytes).map_err(|e| match e {
-                    floe_storage::Error::Corrupt { url, reason } => Error::Corrupt { url, reason },
-                    other => Error::Storage(other),
-                })?;
+                let (url, payload) = read_object(store, file).await?;
                 decode(&url, &payload, |state, key_group, key, value| {
                     if key_groups.contains(&key_group) {
-                        backend.put(state, key_group, key, value);
+                        backend.insert(state, key_group, key, value);
                     }
                 })?;
             }
         }
         Ok(backend)
+    }
+
+    fn insert(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) {
+        self.tables
+            .entry((state.to_string(), key_group))
+            .or_default()
+            .insert(key.to_vec(), value.to_vec());
+    }
+
+    /// Every entry of `state`: (key group, key, value).
+    pub fn entries<'a>(&'a self, state: &'a str) -> impl Iterator<Item = (u32, &'a [u8], &'a [u8])> + 'a {
+        self.tables
+            .iter()
+            .filter(move |((s, _), _)| s == state)
+            .flat_map(|((_, kg), t)| t.iter().map(move |(k, v)| (*kg, k.as_slice(), v.as_slice())))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tables.values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     fn encode(&self) -> Bytes {
@@ -131,42 +179,51 @@ fn decode(url: &str, mut data: &[u8], mut entry: impl FnMut(&str, u32, &[u8], &[
     Ok(())
 }
 
-#[async_trait]
 impl KeyedStateBackend for HashMapStateBackend {
     fn key_groups(&self) -> Range<u32> {
         self.key_groups.clone()
     }
 
-    fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Option<&[u8]> {
-        self.tables
+    fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .tables
             .get(&(state.to_string(), key_group))
             .and_then(|t| t.get(key))
-            .map(Vec::as_slice)
+            .cloned())
     }
 
-    fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) {
-        self.tables
-            .entry((state.to_string(), key_group))
-            .or_default()
-            .insert(key.to_vec(), value.to_vec());
+    fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) -> Result<()> {
+        self.insert(state, key_group, key, value);
+        Ok(())
     }
 
-    fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) {
+    fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) -> Result<()> {
         if let Some(t) = self.tables.get_mut(&(state.to_string(), key_group)) {
             t.remove(key);
         }
+        Ok(())
     }
 
-    async fn snapshot(&self, store: &ObjectStore, path: &str) -> Result<TaskSnapshot> {
-        let payload = self.encode();
-        let bytes = envelope::seal(&payload);
-        let size = bytes.len() as u64;
-        store.create(path, bytes).await?;
+    fn prepare_snapshot(&mut self, _checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
+        Ok(Box::new(FullSnapshot(envelope::seal(&self.encode()))))
+    }
+}
+
+/// A full snapshot, encoded: one object in the checkpoint's task directory.
+#[derive(Debug)]
+struct FullSnapshot(Bytes);
+
+#[async_trait]
+impl PreparedSnapshot for FullSnapshot {
+    async fn upload(self: Box<Self>, target: &SnapshotTarget) -> Result<TaskSnapshot> {
+        let path = format!("{}/keyed-state", target.dir);
+        let size = self.0.len() as u64;
+        target.store.create(&path, self.0).await?;
         Ok(TaskSnapshot {
-            files: vec![path.to_string()],
+            files: vec![path],
             uploaded_bytes: size,
             state_bytes: size,
-            position: None,
+            ..TaskSnapshot::default()
         })
     }
 }
@@ -227,17 +284,25 @@ mod tests {
                 kg,
                 format!("word{kg}").as_bytes(),
                 &u64::from(kg).to_le_bytes(),
-            );
+            )
+            .unwrap();
             let mut l = Vec::new();
             list::push(&mut l, b"x");
             list::push(&mut l, format!("y{kg}").as_bytes());
-            task.put("seen", kg, b"k", &l);
+            task.put("seen", kg, b"k", &l).unwrap();
         }
-        a.delete("count", 0, b"word0");
-        let sa = a.snapshot(&objects, "chk-1/task-0").await.unwrap();
-        let sb = b.snapshot(&objects, "chk-1/task-1").await.unwrap();
-        // Written after the snapshot: not in it.
-        a.put("count", 1, b"late", b"!");
+        a.delete("count", 0, b"word0").unwrap();
+        let target = |dir: &str| SnapshotTarget {
+            store: objects.clone(),
+            dir: dir.to_string(),
+            shared: "shared".into(),
+        };
+        let pa = a.prepare_snapshot(1).unwrap();
+        let pb = b.prepare_snapshot(1).unwrap();
+        // Written after the snapshot was prepared: not in it.
+        a.put("count", 1, b"late", b"!").unwrap();
+        let sa = pa.upload(&target("chk-1/task-0")).await.unwrap();
+        let sb = pb.upload(&target("chk-1/task-1")).await.unwrap();
 
         // Rescaled to three tasks: the middle one takes key groups 3..6 from both snapshots.
         let mid = HashMapStateBackend::restore(&objects, &[sa.clone(), sb.clone()], 3..6)
@@ -246,25 +311,30 @@ mod tests {
         for kg in 0..8u32 {
             let expected = (3..6).contains(&kg).then(|| u64::from(kg).to_le_bytes().to_vec());
             assert_eq!(
-                mid.get("count", kg, format!("word{kg}").as_bytes())
-                    .map(<[u8]>::to_vec),
+                mid.get("count", kg, format!("word{kg}").as_bytes()).unwrap(),
                 expected
             );
         }
-        let seen = list::decode(mid.get("seen", 5, b"k").unwrap()).unwrap();
+        let seen_value = mid.get("seen", 5, b"k").unwrap().unwrap();
+        let seen = list::decode(&seen_value).unwrap();
         assert_eq!(seen, [&b"x"[..], &b"y5"[..]]);
         let first = HashMapStateBackend::restore(&objects, &[sa], 0..4).await.unwrap();
         assert_eq!(
-            first.get("count", 0, b"word0"),
+            first.get("count", 0, b"word0").unwrap(),
             None,
             "deleted before the snapshot"
         );
-        assert_eq!(first.get("count", 1, b"late"), None, "written after the snapshot");
+        assert_eq!(
+            first.get("count", 1, b"late").unwrap(),
+            None,
+            "written after the snapshot"
+        );
+        assert_eq!(first.entries("count").count(), 3, "word1 to word3");
 
         // A truncated snapshot is an error naming it.
-        let whole = objects.get("chk-1/task-1").await.unwrap();
+        let whole = objects.get("chk-1/task-1/keyed-state").await.unwrap();
         objects
-            .put("chk-1/task-1", whole.slice(..whole.len() - 3))
+            .put("chk-1/task-1/keyed-state", whole.slice(..whole.len() - 3))
             .await
             .unwrap();
         let e = HashMapStateBackend::restore(&objects, &[sb], 4..8)

@@ -19,6 +19,9 @@ use bytes::Bytes;
 use opendal::layers::RetryLayer;
 use opendal::{ErrorKind, Operator, services};
 
+/// The configuration key of a job's storage URL.
+pub const JOB_STORAGE_KEY: &str = "floe.job-storage.url";
+
 /// Why a storage operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -83,6 +86,16 @@ impl ObjectStore {
     /// Opens a storage URL. `conf` may carry `s3.endpoint`, `s3.region`, `s3.access-key`,
     /// `s3.secret-key` (else `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`).
+    /// The job storage a job's configuration names (`floe.job-storage.url`, set from the
+    /// FlinkJob's `spec.storage.url`): checkpoints, the operation log and remote partitions live
+    /// there. `None` when the configuration has none.
+    pub fn job_storage(conf: &BTreeMap<String, String>) -> Result<Option<ObjectStore>> {
+        match conf.get(JOB_STORAGE_KEY) {
+            Some(url) => ObjectStore::open(url, conf).map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn open(url: &str, conf: &BTreeMap<String, String>) -> Result<ObjectStore> {
         // The process-wide HTTP client opendal's S3 service uses (first call wins; cheap after).
         opendal::install_default();

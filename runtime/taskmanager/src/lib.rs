@@ -11,12 +11,20 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use floe_datastream::{BuiltJob, JobArgs, JobRegistry, TaskContext, TaskMetrics};
+use floe_checkpoint::TaskSnapshot;
+use floe_datastream::checkpoint::{ChainSnapshot, Checkpointing, Control, KeyedStateInit, TaskRestore};
+use floe_datastream::{
+    BuiltJob, CheckpointConfig, JobArgs, JobRegistry, StateBackendKind, TaskContext, TaskMetrics,
+};
 use floe_proto::v1::job_manager_client::JobManagerClient;
 use floe_proto::v1::task_executor_server::{TaskExecutor, TaskExecutorServer};
 use floe_proto::v1::{self as pb};
 use floe_scheduler::ExecutionState;
 use floe_shuffle::{InputChannelSpec, PartitionKind, ShuffleConfig, ShuffleEnvironment};
+use floe_state::{HashMapStateBackend, SnapshotTarget};
+use floe_state_rocksdb::RocksDbStateBackend;
+use floe_storage::ObjectStore;
+use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
@@ -70,6 +78,8 @@ fn key(id: &pb::ExecutionAttemptId) -> AttemptKey {
 struct RunningTask {
     abort: AbortHandle,
     metrics: Arc<TaskMetrics>,
+    /// Checkpointing tasks: barrier triggers and completions go here.
+    control: Option<mpsc::UnboundedSender<Control>>,
 }
 
 /// The TaskManager's shared state.
@@ -86,6 +96,47 @@ struct Inner {
     registry: JobRegistry,
     jobs: Mutex<HashMap<String, Arc<BuiltJob>>>,
     tasks: Mutex<HashMap<AttemptKey, RunningTask>>,
+    /// Local scratch space: blocking partitions, RocksDB instances.
+    data_dir: PathBuf,
+}
+
+/// The job storage checkpoints go to; checkpointing without one is a configuration error.
+fn job_storage(conf: &BTreeMap<String, String>) -> Result<ObjectStore, Status> {
+    match ObjectStore::job_storage(conf) {
+        Ok(Some(store)) => Ok(store),
+        Ok(None) => Err(Status::invalid_argument(format!(
+            "{}: checkpointing (execution.checkpointing.interval) needs job storage; set spec.storage.url \
+             (or {})",
+            floe_storage::JOB_STORAGE_KEY,
+            floe_storage::JOB_STORAGE_KEY
+        ))),
+        Err(e) => Err(Status::invalid_argument(e.to_string())),
+    }
+}
+
+/// The keyed state a checkpointing task starts with: restored from its snapshot, or fresh.
+async fn keyed_state(
+    backend: StateBackendKind,
+    dir: &std::path::Path,
+    store: ObjectStore,
+    restore: Option<&(u64, TaskSnapshot)>,
+    key_groups: std::ops::Range<u32>,
+) -> Result<Option<KeyedStateInit>, floe_state::Error> {
+    let snapshots: Vec<TaskSnapshot> = restore.map(|(_, s)| s.clone()).into_iter().collect();
+    Ok(Some(match backend {
+        StateBackendKind::HashMap => {
+            KeyedStateInit::Heap(HashMapStateBackend::restore(&store, &snapshots, key_groups).await?)
+        }
+        StateBackendKind::RocksDb => {
+            let db = match restore {
+                Some((_, s)) if !s.files.is_empty() => {
+                    RocksDbStateBackend::restore(dir, &store, std::slice::from_ref(s), key_groups).await?
+                }
+                _ => RocksDbStateBackend::open(dir, key_groups)?,
+            };
+            KeyedStateInit::Backend(Box::new(db))
+        }
+    }))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -181,6 +232,15 @@ impl TaskManager {
             .get(id.vertex as usize)
             .map(|v| v.parallelism)
             .ok_or_else(|| Status::invalid_argument(format!("id.vertex: job has no vertex {}", id.vertex)))?;
+        built
+            .check_task(
+                id.vertex,
+                id.subtask,
+                parallelism,
+                d.inputs.len(),
+                d.outputs.len(),
+            )
+            .map_err(|e| Status::invalid_argument(format!("cannot create task: {e}")))?;
         // Remote blocking partitions: written to and read from the job storage's `shuffle/` prefix.
         let remote = floe_shuffle::remote_storage(&args.configuration)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -231,22 +291,61 @@ impl TaskManager {
             .collect();
         let metrics = Arc::new(TaskMetrics::default());
         let configuration = args.configuration.clone();
-        let buffer_timeout = built.buffer_timeout();
-        let buffer_size = built.buffer_size();
-        let ctx = TaskContext {
+        let checkpoints = CheckpointConfig::from_configuration(&configuration)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let restore = if d.restore_checkpoint > 0 {
+            let snapshot: TaskSnapshot = serde_json::from_str(&d.restore_snapshot_json).map_err(|e| {
+                Status::invalid_argument(format!(
+                    "restore_snapshot_json: not a task snapshot of checkpoint {}: {e}",
+                    d.restore_checkpoint
+                ))
+            })?;
+            Some((d.restore_checkpoint, snapshot))
+        } else {
+            None
+        };
+        let (control, checkpointing) = match &checkpoints {
+            Some(_) => {
+                let (control_tx, control_rx) = mpsc::unbounded_channel();
+                let (snapshots_tx, snapshots_rx) = mpsc::unbounded_channel();
+                let storage = job_storage(&configuration)?;
+                self.spawn_uploader(id.clone(), storage, snapshots_rx);
+                (
+                    Some(control_tx),
+                    Some(Checkpointing {
+                        control: control_rx,
+                        snapshots: snapshots_tx,
+                    }),
+                )
+            }
+            None => (None, None),
+        };
+        let mut ctx = TaskContext {
             subtask: id.subtask,
             parallelism,
             attempt: id.attempt,
             inputs,
             outputs,
             metrics: metrics.clone(),
-            buffer_timeout,
-            buffer_size,
+            buffer_timeout: built.buffer_timeout(),
+            buffer_size: built.buffer_size(),
             configuration,
+            checkpointing,
+            restore: restore.as_ref().map(|(checkpoint, s)| TaskRestore {
+                checkpoint: *checkpoint,
+                source: s.position.clone(),
+                sink: s.sink.clone(),
+            }),
+            keyed_state: None,
         };
-        let task = built
-            .create_task(id.vertex, ctx)
-            .map_err(|e| Status::invalid_argument(format!("cannot create task: {e}")))?;
+        let state_dir = self
+            .inner
+            .data_dir
+            .join("state")
+            .join(&id.job_id)
+            .join(format!("{}-{}-{}", id.vertex, id.subtask, id.attempt));
+        let (_, key_groups) = built.key_groups(id.vertex, id.subtask, parallelism);
+        let keyed = built.is_keyed(id.vertex);
         let this = self.clone();
         let task_id = id.clone();
         let task_metrics = metrics.clone();
@@ -259,10 +358,34 @@ impl TaskManager {
                 None,
             )
             .await;
-            this.report(&task_id, ExecutionState::Running, String::new(), Vec::new(), None)
-                .await;
-            let outcome = task.run().await;
+            // Keyed state first (a restore downloads it), then the chain.
+            let state = match checkpoints.as_ref().filter(|_| keyed) {
+                Some(config) => match job_storage(&ctx.configuration) {
+                    Ok(storage) => {
+                        keyed_state(config.backend, &state_dir, storage, restore.as_ref(), key_groups)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                    Err(status) => Err(status.message().to_string()),
+                },
+                None => Ok(None),
+            };
+            let created = state.and_then(|state| {
+                ctx.keyed_state = state;
+                built
+                    .create_task(task_id.vertex, ctx)
+                    .map_err(|e| format!("cannot create task: {e}"))
+            });
+            let outcome = match created {
+                Ok(task) => {
+                    this.report(&task_id, ExecutionState::Running, String::new(), Vec::new(), None)
+                        .await;
+                    task.run().await.map_err(|e| e.to_string())
+                }
+                Err(e) => Err(e),
+            };
             lock(&this.inner.tasks).remove(&key(&task_id));
+            let _ = std::fs::remove_dir_all(&state_dir);
             match outcome {
                 Ok(stats) => {
                     let produced = stats
@@ -288,7 +411,7 @@ impl TaskManager {
                     this.report(
                         &task_id,
                         ExecutionState::Failed,
-                        e.to_string(),
+                        e,
                         Vec::new(),
                         Some(&task_metrics),
                     )
@@ -301,9 +424,68 @@ impl TaskManager {
             RunningTask {
                 abort: handle.abort_handle(),
                 metrics,
+                control,
             },
         );
         Ok(())
+    }
+
+    /// Uploads each snapshot the task hands over and acknowledges it to the JobManager (or declines
+    /// the checkpoint when the upload fails).
+    fn spawn_uploader(
+        &self,
+        id: pb::ExecutionAttemptId,
+        storage: ObjectStore,
+        mut snapshots: mpsc::UnboundedReceiver<ChainSnapshot>,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let task = format!("{}-{}", id.vertex, id.subtask);
+            while let Some(snapshot) = snapshots.recv().await {
+                let checkpoint = snapshot.checkpoint;
+                let target = SnapshotTarget {
+                    store: storage.clone(),
+                    dir: format!("checkpoints/{}/chk-{checkpoint}/{task}", id.job_id),
+                    shared: format!("checkpoints/{}/shared/{task}", id.job_id),
+                };
+                let uploaded = match snapshot.keyed {
+                    Some(keyed) => keyed.upload(&target).await,
+                    None => Ok(TaskSnapshot::default()),
+                };
+                let mut jobmanager = this.inner.jobmanager.clone();
+                let sent = match uploaded {
+                    Ok(mut task_snapshot) => {
+                        task_snapshot.position = snapshot.source;
+                        task_snapshot.sink = snapshot.sink;
+                        jobmanager
+                            .acknowledge_checkpoint(pb::AcknowledgeCheckpointRequest {
+                                id: Some(id.clone()),
+                                checkpoint,
+                                snapshot_json: serde_json::to_string(&task_snapshot).unwrap_or_default(),
+                                taskmanager_id: this.inner.id.clone(),
+                            })
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::warn!(task, checkpoint, "snapshot upload failed: {e}");
+                        jobmanager
+                            .decline_checkpoint(pb::DeclineCheckpointRequest {
+                                id: Some(id.clone()),
+                                checkpoint,
+                                reason: e.to_string(),
+                            })
+                            .await
+                    }
+                };
+                if let Err(e) = sent {
+                    tracing::warn!(
+                        task,
+                        checkpoint,
+                        "could not reach the JobManager about a checkpoint: {e}"
+                    );
+                }
+            }
+        });
     }
 
     fn metrics(&self) -> Vec<pb::TaskMetrics> {
@@ -353,6 +535,41 @@ impl TaskExecutor for TaskManager {
         Ok(Response::new(pb::Ack {}))
     }
 
+    async fn trigger_checkpoint(
+        &self,
+        request: Request<pb::TriggerCheckpointRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let r = request.into_inner();
+        let id =
+            r.id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
+        let sent = lock(&self.inner.tasks)
+            .get(&key(&id))
+            .and_then(|t| t.control.as_ref())
+            .is_some_and(|c| c.send(Control::Trigger(r.checkpoint)).is_ok());
+        if !sent {
+            return Err(Status::not_found(format!(
+                "no running checkpointed task {}#{} attempt {} of job {}",
+                id.vertex, id.subtask, id.attempt, id.job_id
+            )));
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn notify_checkpoint_complete(
+        &self,
+        request: Request<pb::CheckpointCompleteRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        let r = request.into_inner();
+        for ((job_id, ..), task) in lock(&self.inner.tasks).iter() {
+            if *job_id == r.job_id
+                && let Some(control) = &task.control
+            {
+                let _ = control.send(Control::Complete(r.checkpoint));
+            }
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
     async fn release_partitions(
         &self,
         request: Request<pb::ReleasePartitionsRequest>,
@@ -390,15 +607,40 @@ impl TaskManager {
     /// Aborts every task and releases every job's partitions: what a TaskManager does when the
     /// JobManager it worked for no longer knows it. A restarted job's attempts may reuse attempt
     /// numbers, so nothing of the old run may linger.
+    /// The registration request, with the finished partitions held right now.
+    fn registration(&self, base: &pb::RegisterTaskManagerRequest) -> pb::RegisterTaskManagerRequest {
+        let (held_ids, held) = self
+            .inner
+            .shuffle
+            .finished_partitions()
+            .into_iter()
+            .map(|(id, stats)| {
+                (
+                    pb::ResultPartitionId::from(id.clone()),
+                    pb::PartitionStats {
+                        result: id.result,
+                        partition: id.partition,
+                        bytes_per_subpartition: stats.bytes_per_subpartition,
+                    },
+                )
+            })
+            .unzip();
+        pb::RegisterTaskManagerRequest {
+            held_ids,
+            held,
+            ..base.clone()
+        }
+    }
+
     fn forget_all(&self) {
         let tasks: Vec<RunningTask> = lock(&self.inner.tasks).drain().map(|(_, t)| t).collect();
         for t in &tasks {
             t.abort.abort();
         }
         let jobs: Vec<String> = lock(&self.inner.jobs).drain().map(|(id, _)| id).collect();
-        for job in &jobs {
-            self.inner.shuffle.release_job(job);
-        }
+        // Finished blocking partitions stay: the next JobManager is told about them at registration
+        // and need not run their producers again.
+        self.inner.shuffle.release_unfinished();
         if !tasks.is_empty() || !jobs.is_empty() {
             tracing::info!(
                 tasks = tasks.len(),
@@ -436,6 +678,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
             registry: JobRegistry::builtin(),
             jobs: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
+            data_dir: config.data_dir.clone(),
         }),
     };
     let server = tonic::transport::Server::builder()
@@ -447,6 +690,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         taskmanager_id: config.id.clone(),
         address: address.clone(),
         slots: config.slots,
+        ..Default::default()
     };
     let response = tm
         .inner
@@ -488,7 +732,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
                         .inner
                         .jobmanager
                         .clone()
-                        .register_task_manager(register.clone())
+                        .register_task_manager(beat.registration(&register))
                         .await;
                 }
                 Ok(_) => {}
@@ -521,6 +765,7 @@ mod tests {
                 registry: JobRegistry::builtin(),
                 jobs: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
+                data_dir: dir.to_path_buf(),
             }),
         }
     }
@@ -541,8 +786,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             graph_fingerprint: fingerprint.into(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -1,0 +1,396 @@
+//! Checkpoints inside a task (DESIGN.md "State and checkpoints", seed 001 section 3.3): what a task
+//! hands its TaskManager at a barrier ([`ChainSnapshot`], the synchronous part of its snapshot),
+//! what a restored task starts from ([`TaskRestore`], [`KeyedStateInit`]), and [`Keyed`], where a
+//! keyed operator keeps its per-key values: as objects on the heap (`hashmap`, written to a full
+//! snapshot at each checkpoint) or as bytes in a [`KeyedStateBackend`] read and written on every
+//! record (`rocksdb`).
+
+use std::hash::Hash;
+use std::ops::Range;
+
+use floe_state::{HashMapStateBackend, KeyedStateBackend, PreparedSnapshot};
+
+use crate::data::{Data, key_group_for_hash, key_hash};
+use crate::error::{Error, Result};
+use crate::operators::KeyMap;
+
+/// Flink-style durations: `500 ms`, `1 s`, `2min`, a bare number is milliseconds.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" | "milli" | "millis" | "milliseconds" => n,
+        "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
+        "min" | "m" | "minute" | "minutes" => n * 60_000,
+        "h" | "hour" | "hours" => n * 3_600_000,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}
+
+/// Which keyed state backend tasks use (`state.backend.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateBackendKind {
+    /// Objects on the heap, full snapshots (Flink's `hashmap`, the default).
+    HashMap,
+    /// RocksDB on local disk, incremental snapshots.
+    RocksDb,
+}
+
+/// A job's checkpointing settings (Flink's keys). Present only for STREAMING jobs with
+/// `execution.checkpointing.interval`: BATCH jobs take no checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    pub interval: std::time::Duration,
+    /// `execution.checkpointing.num-retained` (default 1).
+    pub num_retained: usize,
+    /// `execution.checkpointing.timeout` (default 10 min): a checkpoint pending longer is aborted.
+    pub timeout: std::time::Duration,
+    pub backend: StateBackendKind,
+}
+
+pub const CHECKPOINT_INTERVAL_KEY: &str = "execution.checkpointing.interval";
+
+impl CheckpointConfig {
+    pub fn from_configuration(conf: &std::collections::BTreeMap<String, String>) -> Result<Option<Self>> {
+        let duration =
+            |key: &str, default: Option<std::time::Duration>| -> Result<Option<std::time::Duration>> {
+                match conf.get(key) {
+                    None => Ok(default),
+                    Some(v) => parse_duration(v).map(Some).ok_or_else(|| {
+                        Error::config(key, v, "expected a duration like \"1 s\" or \"500 ms\"")
+                    }),
+                }
+            };
+        let backend = match conf
+            .get("state.backend.type")
+            .map(|s| s.trim().to_ascii_lowercase())
+        {
+            None => StateBackendKind::HashMap,
+            Some(b) if b == "hashmap" || b == "heap" => StateBackendKind::HashMap,
+            Some(b) if b == "rocksdb" => StateBackendKind::RocksDb,
+            Some(b) => {
+                return Err(Error::config(
+                    "state.backend.type",
+                    &b,
+                    "expected hashmap or rocksdb",
+                ));
+            }
+        };
+        let mode: crate::RuntimeMode = match conf.get("execution.runtime-mode") {
+            Some(m) => m.parse()?,
+            None => crate::RuntimeMode::default(),
+        };
+        let Some(interval) = duration(CHECKPOINT_INTERVAL_KEY, None)? else {
+            return Ok(None);
+        };
+        if mode == crate::RuntimeMode::Batch || interval.is_zero() {
+            return Ok(None);
+        }
+        let num_retained = match conf.get("execution.checkpointing.num-retained") {
+            None => 1,
+            Some(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(Error::config(
+                        "execution.checkpointing.num-retained",
+                        v,
+                        "expected an integer of at least 1",
+                    ));
+                }
+            },
+        };
+        let timeout = duration(
+            "execution.checkpointing.timeout",
+            Some(std::time::Duration::from_secs(600)),
+        )?
+        .unwrap_or(std::time::Duration::from_secs(600));
+        Ok(Some(CheckpointConfig {
+            interval,
+            num_retained,
+            timeout,
+            backend,
+        }))
+    }
+}
+
+/// The state name keyed operators use in the backend (a key_by always starts a new task, so a
+/// task has at most one keyed operator).
+pub(crate) const KEYED_STATE: &str = "keyed";
+
+/// What the TaskManager tells a running task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Sources: inject the barrier of this checkpoint.
+    Trigger(u64),
+    /// This checkpoint completed: sinks commit what it covers.
+    Complete(u64),
+}
+
+/// The synchronous part of one task's snapshot for one checkpoint; the TaskManager uploads it and
+/// acknowledges the checkpoint.
+pub struct ChainSnapshot {
+    pub checkpoint: u64,
+    pub keyed: Option<Box<dyn PreparedSnapshot>>,
+    /// Sources: where to read on from after a restore.
+    pub source: Option<String>,
+    /// Sinks: files pending commit and the next part number.
+    pub sink: Option<String>,
+}
+
+impl std::fmt::Debug for ChainSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainSnapshot")
+            .field("checkpoint", &self.checkpoint)
+            .field("keyed", &self.keyed.is_some())
+            .field("source", &self.source)
+            .field("sink", &self.sink)
+            .finish()
+    }
+}
+
+/// What a task restored from a checkpoint starts from (its keyed state comes as [`KeyedStateInit`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskRestore {
+    pub checkpoint: u64,
+    pub source: Option<String>,
+    pub sink: Option<String>,
+}
+
+/// Keyed state a task starts with.
+pub enum KeyedStateInit {
+    /// `hashmap`: operators keep objects; these are the entries restored from a snapshot (or none).
+    Heap(HashMapStateBackend),
+    /// `rocksdb` (or any byte-level backend), fresh or restored.
+    Backend(Box<dyn KeyedStateBackend>),
+}
+
+impl std::fmt::Debug for KeyedStateInit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyedStateInit::Heap(h) => write!(f, "Heap({} entries)", h.len()),
+            KeyedStateInit::Backend(b) => write!(f, "Backend({:?})", b.key_groups()),
+        }
+    }
+}
+
+/// How a task's checkpoints reach it and leave it.
+#[derive(Debug)]
+pub struct Checkpointing {
+    pub control: tokio::sync::mpsc::UnboundedReceiver<Control>,
+    pub snapshots: tokio::sync::mpsc::UnboundedSender<ChainSnapshot>,
+}
+
+/// A keyed operator's values.
+pub(crate) enum Keyed<K, V> {
+    /// Objects; `None` only for the instant a value is being combined.
+    Heap {
+        map: KeyMap<K, Option<V>>,
+        key_groups: Range<u32>,
+        max_parallelism: u32,
+    },
+    /// Bytes in a backend, per record; `last` holds the value just folded, handed out by reference
+    /// like the heap's.
+    Store { table: StoreTable, last: Option<V> },
+}
+
+/// A byte-level backend with the scratch buffers of the per-record path. The first failure is kept
+/// and fails the task at its next step (a collector cannot return errors).
+pub(crate) struct StoreTable {
+    backend: Box<dyn KeyedStateBackend>,
+    max_parallelism: u32,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    pub(crate) failure: Option<String>,
+}
+
+impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
+    /// The operator's state from what the task was given (restored entries or a backend).
+    pub(crate) fn new(
+        init: Option<KeyedStateInit>,
+        key_groups: Range<u32>,
+        max_parallelism: u32,
+    ) -> Result<Self> {
+        match init {
+            Some(KeyedStateInit::Backend(backend)) => Ok(Keyed::Store {
+                table: StoreTable {
+                    backend,
+                    max_parallelism,
+                    key: Vec::new(),
+                    value: Vec::new(),
+                    failure: None,
+                },
+                last: None,
+            }),
+            Some(KeyedStateInit::Heap(restored)) => {
+                let mut map = KeyMap::default();
+                for (_, mut key, mut value) in restored.entries(KEYED_STATE) {
+                    let k = K::decode(&mut key).map_err(|e| restore_error("key", e))?;
+                    let v = V::decode(&mut value).map_err(|e| restore_error("value", e))?;
+                    map.insert(k, Some(v));
+                }
+                Ok(Keyed::Heap {
+                    map,
+                    key_groups,
+                    max_parallelism,
+                })
+            }
+            None => Ok(Keyed::Heap {
+                map: KeyMap::default(),
+                key_groups,
+                max_parallelism,
+            }),
+        }
+    }
+
+    /// Folds `value` into the key's state with `f` (first value as is) and returns the new state.
+    /// `None` only after a backend failure (kept in [`StoreTable::failure`]).
+    pub(crate) fn fold(&mut self, key: K, value: V, f: impl FnOnce(V, V) -> V) -> Option<&V> {
+        match self {
+            Keyed::Heap { map, .. } => {
+                let slot = map.entry(key).or_insert(None);
+                let folded = match slot.take() {
+                    Some(acc) => f(acc, value),
+                    None => value,
+                };
+                Some(slot.insert(folded))
+            }
+            Keyed::Store { table, last } => {
+                *last = table.fold(&key, value, f);
+                last.as_ref()
+            }
+        }
+    }
+
+    /// Runs `g` on the key's state (the default for a new key) and keeps what it leaves there.
+    pub(crate) fn update(&mut self, key: K, g: impl FnOnce(&K, &mut V))
+    where
+        V: Default,
+    {
+        match self {
+            Keyed::Heap { map, .. } => {
+                if let Some(slot) = map.get_mut(&key) {
+                    g(&key, slot.get_or_insert_with(V::default));
+                } else {
+                    let mut state = V::default();
+                    g(&key, &mut state);
+                    map.insert(key, Some(state));
+                }
+            }
+            Keyed::Store { table, .. } => table.update(&key, g),
+        }
+    }
+
+    /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
+    pub(crate) fn heap_slot<Q>(&mut self, key: &Q) -> Option<&mut Option<V>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        match self {
+            Keyed::Heap { map, .. } => map.get_mut(key),
+            Keyed::Store { .. } => None,
+        }
+    }
+
+    pub(crate) fn failure(&mut self) -> Option<String> {
+        match self {
+            Keyed::Store { table, .. } => table.failure.take(),
+            Keyed::Heap { .. } => None,
+        }
+    }
+
+    /// The synchronous part of the snapshot: heap objects are encoded now (a full snapshot); a
+    /// backend fixes its content its own way.
+    pub(crate) fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
+        match self {
+            Keyed::Heap {
+                map,
+                key_groups,
+                max_parallelism,
+            } => {
+                let mut full = HashMapStateBackend::new(key_groups.clone());
+                let (mut key, mut value) = (Vec::new(), Vec::new());
+                for (k, v) in map.iter() {
+                    let Some(v) = v else { continue };
+                    let kg = key_group_for_hash(key_hash(k, &mut key), *max_parallelism);
+                    value.clear();
+                    v.encode(&mut value);
+                    full.put(KEYED_STATE, kg, &key, &value).map_err(state_error)?;
+                }
+                full.prepare_snapshot(checkpoint).map_err(state_error)
+            }
+            Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
+        }
+    }
+}
+
+impl StoreTable {
+    fn update<K: Data, V: Data + Default>(&mut self, key: &K, g: impl FnOnce(&K, &mut V)) {
+        if self.failure.is_some() {
+            return;
+        }
+        let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
+        let result = (|| -> Result<()> {
+            let mut state = match self
+                .backend
+                .get(KEYED_STATE, kg, &self.key)
+                .map_err(state_error)?
+            {
+                Some(bytes) => V::decode(&mut bytes.as_slice())?,
+                None => V::default(),
+            };
+            g(key, &mut state);
+            self.value.clear();
+            state.encode(&mut self.value);
+            self.backend
+                .put(KEYED_STATE, kg, &self.key, &self.value)
+                .map_err(state_error)
+        })();
+        if let Err(e) = result {
+            self.failure = Some(e.to_string());
+        }
+    }
+
+    fn fold<K: Data, V: Data>(&mut self, key: &K, value: V, f: impl FnOnce(V, V) -> V) -> Option<V> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
+        let result = (|| -> Result<V> {
+            let folded = match self
+                .backend
+                .get(KEYED_STATE, kg, &self.key)
+                .map_err(state_error)?
+            {
+                Some(bytes) => f(V::decode(&mut bytes.as_slice())?, value),
+                None => value,
+            };
+            self.value.clear();
+            folded.encode(&mut self.value);
+            self.backend
+                .put(KEYED_STATE, kg, &self.key, &self.value)
+                .map_err(state_error)?;
+            Ok(folded)
+        })();
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.failure = Some(e.to_string());
+                None
+            }
+        }
+    }
+}
+
+fn state_error(e: floe_state::Error) -> Error {
+    Error::State(e.to_string())
+}
+
+fn restore_error(what: &str, e: Error) -> Error {
+    Error::State(format!(
+        "restoring keyed state: a {what} does not decode as this operator's type: {e}"
+    ))
+}

@@ -1,0 +1,203 @@
+//! The JobManager's checkpoint driver (the I/O around [`crate::checkpoints::JobCheckpoints`]):
+//! reads a job's latest checkpoint before it starts, sends barriers to the sources when one is due,
+//! writes the metadata when every task acknowledged, records it in the operation log, tells the
+//! TaskManagers (sinks commit), and deletes what retention drops.
+
+use floe_checkpoint::{CheckpointStore, CompletedCheckpoint, TaskSnapshot};
+use floe_proto::v1 as pb;
+use floe_scheduler::JobStatus;
+use floe_storage::ObjectStore;
+
+use crate::job::AttemptId;
+use crate::server::{JobManager, attempt_to_proto, now_ms};
+
+fn checkpoint_store(conf: &std::collections::BTreeMap<String, String>) -> Result<CheckpointStore, String> {
+    match ObjectStore::job_storage(conf) {
+        Ok(Some(store)) => Ok(CheckpointStore::new(store)),
+        Ok(None) => Err(format!("no job storage ({})", floe_storage::JOB_STORAGE_KEY)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl JobManager {
+    /// A checkpointing job waits for this: the newest readable checkpoint of its id in the job
+    /// storage (a JobManager that took over resumes from it), then it may start.
+    pub(crate) fn resume_checkpoints(&self, job_id: &str) {
+        let conf = match self.state().jobs.get(job_id) {
+            Some(job) if job.master.checkpoints.is_some() => job.master.args.configuration.clone(),
+            _ => return,
+        };
+        let this = self.clone();
+        let job_id = job_id.to_string();
+        tokio::spawn(async move {
+            let latest = match checkpoint_store(&conf) {
+                Ok(store) => store.latest(&job_id).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            {
+                let mut state = this.state();
+                let Some(job) = state.jobs.get_mut(&job_id) else {
+                    return;
+                };
+                match latest {
+                    Ok(latest) => {
+                        for skipped in &latest.skipped {
+                            tracing::warn!(job = %job_id, "passing over a damaged checkpoint: {skipped}");
+                        }
+                        job.master.resume_checkpoints(latest.checkpoint);
+                    }
+                    Err(e) => {
+                        // Checkpoints exist and none reads back: starting empty would lose state.
+                        let m = &mut job.master;
+                        m.failure = Some(format!("cannot restore the job's checkpoints: {e}"));
+                        tracing::error!(job = %job_id, "cannot restore the job's checkpoints: {e}");
+                        for s in [JobStatus::Running, JobStatus::Failing, JobStatus::Failed] {
+                            m.status = m.status.transition(s).unwrap_or(s);
+                        }
+                        job.end_time_ms = Some(now_ms());
+                        return;
+                    }
+                }
+            }
+            this.try_start_jobs();
+        });
+    }
+
+    /// Sends the barriers of every checkpoint that is due.
+    pub(crate) fn trigger_checkpoints(&self) {
+        let now = now_ms();
+        let triggers: Vec<(u64, Vec<(String, AttemptId)>)> = self
+            .state()
+            .jobs
+            .values_mut()
+            .filter_map(|job| job.master.trigger_checkpoint(now))
+            .collect();
+        for (checkpoint, sources) in triggers {
+            for (address, id) in sources {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let request = pb::TriggerCheckpointRequest {
+                        id: Some(attempt_to_proto(&id)),
+                        checkpoint,
+                    };
+                    let sent = match this.client(&address).await {
+                        Ok(mut c) => c
+                            .trigger_checkpoint(request)
+                            .await
+                            .map(|_| ())
+                            .map_err(|s| s.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = sent
+                        && let Some(job) = this.state().jobs.get_mut(&id.job_id)
+                    {
+                        job.master
+                            .decline_checkpoint(&id, checkpoint, &format!("trigger failed: {e}"));
+                    }
+                });
+            }
+        }
+    }
+
+    /// A task's acknowledgement: when it completes the checkpoint, write the metadata, log it, then
+    /// make it the latest, notify the TaskManagers and delete what retention drops.
+    pub(crate) fn on_checkpoint_ack(
+        &self,
+        id: &AttemptId,
+        taskmanager: &str,
+        checkpoint: u64,
+        snapshot: TaskSnapshot,
+    ) {
+        let completed = {
+            let mut state = self.state();
+            let Some(job) = state.jobs.get_mut(&id.job_id) else {
+                return;
+            };
+            if job.master.deployed_on(id) != Some(taskmanager) {
+                return;
+            }
+            job.master
+                .acknowledge_checkpoint(id, checkpoint, snapshot, now_ms())
+                .map(|c| (c, job.master.args.configuration.clone()))
+        };
+        let Some((completed, conf)) = completed else {
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.complete_checkpoint(completed, &conf).await {
+                tracing::warn!("checkpoint could not be completed: {e}");
+            }
+        });
+    }
+
+    async fn complete_checkpoint(
+        &self,
+        checkpoint: CompletedCheckpoint,
+        conf: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let store = checkpoint_store(conf)?;
+        let (job_id, id) = (checkpoint.job_id.clone(), checkpoint.id);
+        let current = |this: &Self| {
+            this.state()
+                .jobs
+                .get(&job_id)
+                .is_some_and(|j| j.master.checkpoint_is_current(id))
+        };
+        if !current(self) {
+            return Err(format!(
+                "checkpoint {id} of job {job_id} completed after a restart; dropped"
+            ));
+        }
+        store.write(&checkpoint).await.map_err(|e| e.to_string())?;
+        if !current(self) {
+            // A restart happened while the metadata was written: it must not be restored from.
+            let _ = store.delete(&job_id, id).await;
+            return Err(format!(
+                "checkpoint {id} of job {job_id} completed after a restart; dropped"
+            ));
+        }
+        self.log(&[crate::oplog::Event::CheckpointCompleted {
+            job_id: job_id.clone(),
+            checkpoint: id,
+            time_ms: now_ms(),
+        }])
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::info!(
+            job = %job_id,
+            checkpoint = id,
+            uploaded_bytes = checkpoint.uploaded_bytes(),
+            state_bytes = checkpoint.state_bytes(),
+            duration_ms = checkpoint.completed_ms.saturating_sub(checkpoint.triggered_ms),
+            "checkpoint completed"
+        );
+        let (subsumed, addresses) = match self.state().jobs.get_mut(&job_id) {
+            Some(job) => job.master.checkpoint_completed(checkpoint),
+            None => return Ok(()),
+        };
+        for address in addresses {
+            if let Ok(mut c) = self.client(&address).await {
+                let _ = c
+                    .notify_checkpoint_complete(pb::CheckpointCompleteRequest {
+                        job_id: job_id.clone(),
+                        checkpoint: id,
+                    })
+                    .await;
+            }
+        }
+        for old in subsumed.checkpoints {
+            if let Err(e) = store.delete(&job_id, old).await {
+                tracing::warn!(job = %job_id, checkpoint = old, "could not delete a subsumed checkpoint: {e}");
+            }
+        }
+        if let Ok(Some(objects)) = ObjectStore::job_storage(conf) {
+            for file in subsumed.shared_files {
+                if let Err(e) = objects.delete(&file).await {
+                    tracing::warn!(job = %job_id, file, "could not delete an unused shared state file: {e}");
+                }
+            }
+        }
+        Ok(())
+    }
+}

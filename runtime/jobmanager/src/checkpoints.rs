@@ -1,0 +1,251 @@
+//! One streaming job's checkpoints on the JobManager: when to trigger the next one, the pure
+//! [`CheckpointCoordinator`] (acks, completion, retention), the latest completed checkpoint that
+//! restarts restore from, and which shared files fall out of every retained checkpoint. No I/O:
+//! the server writes metadata, deletes files and sends the RPCs this decides.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use floe_checkpoint::{Acked, CheckpointCoordinator, CompletedCheckpoint, TaskSnapshot};
+use floe_datastream::CheckpointConfig;
+
+/// What retention leaves to delete once a checkpoint completed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Subsumed {
+    pub checkpoints: Vec<u64>,
+    /// Shared objects (incremental state) no retained checkpoint references any more.
+    pub shared_files: Vec<String>,
+}
+
+/// Counts for the REST API (Flink's `/jobs/{id}/checkpoints`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointCounts {
+    pub triggered: u64,
+    pub completed: u64,
+    pub failed: u64,
+}
+
+/// A job's checkpointing state.
+#[derive(Debug)]
+pub struct JobCheckpoints {
+    pub config: CheckpointConfig,
+    coordinator: CheckpointCoordinator,
+    /// The job storage has been read for an earlier checkpoint: the job may start.
+    pub ready: bool,
+    /// What restarts restore from.
+    pub latest: Option<Arc<CompletedCheckpoint>>,
+    retained: Vec<Arc<CompletedCheckpoint>>,
+    next_trigger_ms: u64,
+    pending_since_ms: Option<u64>,
+    pub counts: CheckpointCounts,
+}
+
+impl JobCheckpoints {
+    pub fn new(job_id: &str, config: CheckpointConfig, tasks: Vec<String>, sources: Vec<String>) -> Self {
+        let coordinator = CheckpointCoordinator::new(job_id, tasks, sources, config.num_retained, 1);
+        JobCheckpoints {
+            config,
+            coordinator,
+            ready: false,
+            latest: None,
+            retained: Vec::new(),
+            next_trigger_ms: 0,
+            pending_since_ms: None,
+            counts: CheckpointCounts::default(),
+        }
+    }
+
+    /// The job storage was read: continue after `latest` (if any) and start.
+    pub fn resume_from(
+        &mut self,
+        job_id: &str,
+        tasks: Vec<String>,
+        sources: Vec<String>,
+        latest: Option<CompletedCheckpoint>,
+    ) {
+        let next_id = latest.as_ref().map_or(1, |c| c.id + 1);
+        self.coordinator =
+            CheckpointCoordinator::new(job_id, tasks, sources, self.config.num_retained, next_id);
+        if let Some(c) = latest {
+            let c = Arc::new(c);
+            self.coordinator.completed(c.id);
+            self.retained = vec![c.clone()];
+            self.latest = Some(c);
+        }
+        self.ready = true;
+    }
+
+    /// This task's snapshot in the latest checkpoint, to restore it from.
+    pub fn restore_of(&self, task: &str) -> Option<(u64, TaskSnapshot)> {
+        let latest = self.latest.as_ref()?;
+        latest.tasks.get(task).map(|s| (latest.id, s.clone()))
+    }
+
+    /// The next checkpoint, when it is due and every task runs; aborts one pending past its timeout.
+    pub fn maybe_trigger(&mut self, now_ms: u64, all_running: bool) -> Option<(u64, Vec<String>)> {
+        if let Some(since) = self.pending_since_ms
+            && now_ms.saturating_sub(since) > self.config.timeout.as_millis() as u64
+        {
+            if let Some(id) = self.coordinator.abort(None) {
+                tracing::warn!(
+                    checkpoint = id,
+                    "checkpoint expired before every task acknowledged it"
+                );
+                self.counts.failed += 1;
+            }
+            self.pending_since_ms = None;
+        }
+        if !all_running
+            || !self.ready
+            || now_ms < self.next_trigger_ms
+            || self.coordinator.pending().is_some()
+        {
+            return None;
+        }
+        let trigger = self.coordinator.trigger(now_ms)?;
+        self.pending_since_ms = Some(now_ms);
+        self.next_trigger_ms = now_ms + self.config.interval.as_millis() as u64;
+        self.counts.triggered += 1;
+        Some((trigger.id, trigger.sources))
+    }
+
+    /// A task acknowledged; `Some` when that completed the checkpoint (write its metadata next).
+    pub fn acknowledge(
+        &mut self,
+        id: u64,
+        task: &str,
+        snapshot: TaskSnapshot,
+        now_ms: u64,
+    ) -> Option<CompletedCheckpoint> {
+        match self.coordinator.acknowledge(id, task, snapshot, now_ms) {
+            Acked::Complete(c) => {
+                self.pending_since_ms = None;
+                Some(*c)
+            }
+            Acked::Pending { .. } | Acked::Ignored => None,
+        }
+    }
+
+    /// A task declined, failed or finished: the pending checkpoint cannot complete.
+    pub fn abort(&mut self, id: Option<u64>, why: &str) {
+        if let Some(aborted) = self.coordinator.abort(id) {
+            tracing::info!(checkpoint = aborted, "checkpoint aborted: {why}");
+            self.counts.failed += 1;
+            self.pending_since_ms = None;
+        }
+    }
+
+    /// The metadata of `checkpoint` is written: it is the latest; returns what retention drops.
+    pub fn completed(&mut self, checkpoint: CompletedCheckpoint) -> Subsumed {
+        let checkpoint = Arc::new(checkpoint);
+        let dropped = self.coordinator.completed(checkpoint.id);
+        self.counts.completed += 1;
+        self.retained.push(checkpoint.clone());
+        self.latest = Some(checkpoint);
+        let (gone, kept): (Vec<_>, Vec<_>) = self.retained.drain(..).partition(|c| dropped.contains(&c.id));
+        self.retained = kept;
+        let referenced: BTreeSet<&String> = self
+            .retained
+            .iter()
+            .flat_map(|c| c.tasks.values().flat_map(|t| &t.files))
+            .collect();
+        let shared_files = gone
+            .iter()
+            .flat_map(|c| c.tasks.values().flat_map(|t| &t.files))
+            .filter(|f| f.contains("/shared/") && !referenced.contains(f))
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        Subsumed {
+            checkpoints: dropped,
+            shared_files,
+        }
+    }
+
+    pub fn pending(&self) -> Option<u64> {
+        self.coordinator.pending()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config() -> CheckpointConfig {
+        CheckpointConfig {
+            interval: Duration::from_millis(1000),
+            num_retained: 1,
+            timeout: Duration::from_millis(5000),
+            backend: floe_datastream::StateBackendKind::RocksDb,
+        }
+    }
+
+    fn snap(files: &[&str]) -> TaskSnapshot {
+        TaskSnapshot {
+            files: files.iter().map(|f| f.to_string()).collect(),
+            ..TaskSnapshot::default()
+        }
+    }
+
+    #[test]
+    fn triggers_on_interval_and_drops_shared_files_only_when_no_retained_checkpoint_uses_them() {
+        let tasks = vec!["source#0".to_string(), "sum#0".to_string()];
+        let mut c = JobCheckpoints::new("j", config(), tasks.clone(), vec!["source#0".into()]);
+        assert_eq!(
+            c.maybe_trigger(0, true),
+            None,
+            "not before the job storage was read"
+        );
+        c.resume_from("j", tasks, vec!["source#0".into()], None);
+        assert_eq!(c.maybe_trigger(0, false), None, "not while a task is not running");
+        assert_eq!(c.maybe_trigger(0, true), Some((1, vec!["source#0".to_string()])));
+        assert_eq!(c.maybe_trigger(2000, true), None, "one pending at a time");
+        c.acknowledge(1, "source#0", snap(&[]), 10);
+        let done = c
+            .acknowledge(
+                1,
+                "sum#0",
+                snap(&["j/shared/a.sst", "j/shared/b.sst", "chk-1/MANIFEST"]),
+                20,
+            )
+            .unwrap();
+        assert_eq!(c.completed(done), Subsumed::default());
+        assert_eq!(c.restore_of("sum#0").map(|r| r.0), Some(1));
+        assert_eq!(c.maybe_trigger(500, true), None, "interval not elapsed");
+        assert_eq!(c.maybe_trigger(1000, true).map(|t| t.0), Some(2));
+        c.acknowledge(2, "source#0", snap(&[]), 1010);
+        let done = c
+            .acknowledge(
+                2,
+                "sum#0",
+                snap(&["j/shared/b.sst", "j/shared/c.sst", "chk-2/MANIFEST"]),
+                1020,
+            )
+            .unwrap();
+        let subsumed = c.completed(done);
+        assert_eq!(subsumed.checkpoints, vec![1]);
+        assert_eq!(
+            subsumed.shared_files,
+            vec!["j/shared/a.sst".to_string()],
+            "b is still used by 2"
+        );
+        // A checkpoint nobody finishes expires.
+        assert_eq!(c.maybe_trigger(2000, true).map(|t| t.0), Some(3));
+        assert_eq!(
+            c.maybe_trigger(8000, true).map(|t| t.0),
+            Some(4),
+            "3 expired, 4 triggered"
+        );
+        assert_eq!(
+            c.counts,
+            CheckpointCounts {
+                triggered: 4,
+                completed: 2,
+                failed: 1
+            }
+        );
+    }
+}

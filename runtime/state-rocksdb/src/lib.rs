@@ -1,0 +1,465 @@
+//! The RocksDB keyed state backend (`state.backend.type: rocksdb`): a task's keyed state lives in a
+//! RocksDB instance on local disk, read and written on every record, so state can outgrow memory.
+//! Checkpoints are incremental, as Flink's: RocksDB's own checkpoint (a flush, then hard links to the
+//! immutable SST files) fixes the content synchronously; the upload sends only the SST files no
+//! earlier checkpoint of this instance uploaded, into the job's shared checkpoint directory, and
+//! the snapshot lists every file it needs, shared ones included.
+//!
+//! Keys are `key group (u32 BE) | state name length (u8) | state name | key`, so one key group's
+//! entries are contiguous and a restore to a different key-group range is a range delete (one
+//! snapshot) or a range copy (several).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use floe_checkpoint::TaskSnapshot;
+use floe_state::{Error, KeyedStateBackend, PreparedSnapshot, Result, SnapshotTarget};
+use floe_storage::ObjectStore;
+use rocksdb::{DB, IteratorMode, Options, WriteBatch, WriteOptions};
+
+/// Separates a shared object's instance prefix from the SST file's local name.
+const INSTANCE_SEPARATOR: char = '~';
+
+/// SST files this instance uploaded (or restored from): local name -> (object, size).
+type Uploaded = Arc<Mutex<BTreeMap<String, (String, u64)>>>;
+
+/// One task's keyed state in RocksDB.
+pub struct RocksDbStateBackend {
+    db: DB,
+    base: PathBuf,
+    key_groups: Range<u32>,
+    /// Prefix of this instance's shared objects: SST names restart in every new instance, object
+    /// names must not collide with another instance's.
+    instance: String,
+    uploaded: Uploaded,
+    write: WriteOptions,
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for RocksDbStateBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksDbStateBackend")
+            .field("base", &self.base)
+            .field("key_groups", &self.key_groups)
+            .field("instance", &self.instance)
+            .finish()
+    }
+}
+
+fn backend_error(dir: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Backend {
+        backend: format!("rocksdb at {}", dir.display()),
+        message: e.to_string(),
+    }
+}
+
+fn key_group_prefix(key_group: u32) -> [u8; 4] {
+    key_group.to_be_bytes()
+}
+
+fn options() -> Options {
+    let mut opts = Options::default();
+    opts.create_if_missing(true);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // Flink's defaults keep RocksDB's background work small next to the task's own threads.
+    opts.increase_parallelism(2);
+    opts
+}
+
+/// A name unique to this process and moment.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:016x}", h.finish())
+}
+
+/// The local file name an uploaded object restores to.
+fn local_name(object: &str) -> &str {
+    let base = object.rsplit('/').next().unwrap_or(object);
+    base.rsplit(INSTANCE_SEPARATOR).next().unwrap_or(base)
+}
+
+async fn download(store: &ObjectStore, snapshot: &TaskSnapshot, dir: &Path) -> Result<()> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|e| backend_error(dir, e))?;
+    for object in &snapshot.files {
+        let bytes = store.get(object).await?;
+        let path = dir.join(local_name(object));
+        tokio::fs::write(&path, &bytes)
+            .await
+            .map_err(|e| backend_error(dir, e))?;
+    }
+    Ok(())
+}
+
+impl RocksDbStateBackend {
+    /// A fresh instance in `base` (emptied first) for `key_groups`.
+    pub fn open(base: &Path, key_groups: Range<u32>) -> Result<Self> {
+        let _ = std::fs::remove_dir_all(base);
+        std::fs::create_dir_all(base).map_err(|e| backend_error(base, e))?;
+        Self::open_db(base, key_groups, BTreeMap::new())
+    }
+
+    fn open_db(
+        base: &Path,
+        key_groups: Range<u32>,
+        uploaded: BTreeMap<String, (String, u64)>,
+    ) -> Result<Self> {
+        let path = base.join("db");
+        let db = DB::open(&options(), &path).map_err(|e| backend_error(&path, e))?;
+        let mut write = WriteOptions::default();
+        // Checkpoints, not the WAL, make state durable (as in Flink).
+        write.disable_wal(true);
+        Ok(RocksDbStateBackend {
+            db,
+            base: base.to_path_buf(),
+            key_groups,
+            instance: instance_id(),
+            uploaded: Arc::new(Mutex::new(uploaded)),
+            write,
+            key: Vec::new(),
+        })
+    }
+
+    /// Rebuilds `key_groups` from snapshots. One snapshot (same parallelism): its files become the
+    /// database, other key groups are range-deleted, and its SST files count as uploaded, so the
+    /// next checkpoint stays incremental. Several (rescaled): the range is copied out of each.
+    pub async fn restore(
+        base: &Path,
+        store: &ObjectStore,
+        snapshots: &[TaskSnapshot],
+        key_groups: Range<u32>,
+    ) -> Result<Self> {
+        let _ = tokio::fs::remove_dir_all(base).await;
+        if let [snapshot] = snapshots {
+            download(store, snapshot, &base.join("db")).await?;
+            let uploaded = snapshot
+                .files
+                .iter()
+                .filter(|o| o.ends_with(".sst"))
+                .map(|o| (local_name(o).to_string(), (o.clone(), 0)))
+                .collect();
+            let backend = Self::open_db(base, key_groups.clone(), uploaded)?;
+            let mut batch = WriteBatch::default();
+            batch.delete_range(key_group_prefix(0), key_group_prefix(key_groups.start));
+            batch.delete_range(key_group_prefix(key_groups.end).to_vec(), vec![0xffu8; 5]);
+            backend
+                .db
+                .write_opt(batch, &backend.write)
+                .map_err(|e| backend_error(base, e))?;
+            return Ok(backend);
+        }
+        std::fs::create_dir_all(base).map_err(|e| backend_error(base, e))?;
+        let backend = Self::open_db(base, key_groups.clone(), BTreeMap::new())?;
+        for (i, snapshot) in snapshots.iter().enumerate() {
+            let dir = base.join(format!("restore-{i}"));
+            download(store, snapshot, &dir).await?;
+            let source = DB::open(&options(), &dir).map_err(|e| backend_error(&dir, e))?;
+            let from = key_group_prefix(key_groups.start);
+            for entry in source.iterator(IteratorMode::From(&from, rocksdb::Direction::Forward)) {
+                let (k, v) = entry.map_err(|e| backend_error(&dir, e))?;
+                if k.len() < 4 || u32::from_be_bytes([k[0], k[1], k[2], k[3]]) >= key_groups.end {
+                    break;
+                }
+                backend
+                    .db
+                    .put_opt(&k, &v, &backend.write)
+                    .map_err(|e| backend_error(base, e))?;
+            }
+            drop(source);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Ok(backend)
+    }
+
+    fn db_key(&mut self, state: &str, key_group: u32, key: &[u8]) {
+        self.key.clear();
+        self.key.extend_from_slice(&key_group_prefix(key_group));
+        let name = &state.as_bytes()[..state.len().min(255)];
+        self.key.push(name.len() as u8);
+        self.key.extend_from_slice(name);
+        self.key.extend_from_slice(key);
+    }
+
+    fn error(&self, e: rocksdb::Error) -> Error {
+        backend_error(&self.base, e)
+    }
+}
+
+impl KeyedStateBackend for RocksDbStateBackend {
+    fn key_groups(&self) -> Range<u32> {
+        self.key_groups.clone()
+    }
+
+    fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut k = Vec::with_capacity(5 + state.len() + key.len());
+        k.extend_from_slice(&key_group_prefix(key_group));
+        let name = &state.as_bytes()[..state.len().min(255)];
+        k.push(name.len() as u8);
+        k.extend_from_slice(name);
+        k.extend_from_slice(key);
+        self.db.get(&k).map_err(|e| self.error(e))
+    }
+
+    fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) -> Result<()> {
+        self.db_key(state, key_group, key);
+        self.db
+            .put_opt(&self.key, value, &self.write)
+            .map_err(|e| backend_error(&self.base, e))
+    }
+
+    fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) -> Result<()> {
+        self.db_key(state, key_group, key);
+        self.db
+            .delete_opt(&self.key, &self.write)
+            .map_err(|e| backend_error(&self.base, e))
+    }
+
+    fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
+        let dir = self.base.join(format!("chk-{checkpoint}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Flushes the memtable and hard-links the SST files: the content is fixed from here on.
+        rocksdb::checkpoint::Checkpoint::new(&self.db)
+            .and_then(|c| c.create_checkpoint(&dir))
+            .map_err(|e| self.error(e))?;
+        Ok(Box::new(LocalCheckpoint {
+            dir,
+            instance: self.instance.clone(),
+            uploaded: self.uploaded.clone(),
+        }))
+    }
+}
+
+/// A RocksDB checkpoint on local disk, waiting for its upload.
+#[derive(Debug)]
+struct LocalCheckpoint {
+    dir: PathBuf,
+    instance: String,
+    uploaded: Uploaded,
+}
+
+#[async_trait]
+impl PreparedSnapshot for LocalCheckpoint {
+    async fn upload(self: Box<Self>, target: &SnapshotTarget) -> Result<TaskSnapshot> {
+        let mut names = Vec::new();
+        let mut entries = tokio::fs::read_dir(&self.dir)
+            .await
+            .map_err(|e| backend_error(&self.dir, e))?;
+        while let Some(entry) = entries
+            .next_entry()
+            .await
+            .map_err(|e| backend_error(&self.dir, e))?
+        {
+            names.push(entry.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        let mut snapshot = TaskSnapshot::default();
+        for name in names {
+            let path = self.dir.join(&name);
+            let size = tokio::fs::metadata(&path)
+                .await
+                .map_err(|e| backend_error(&self.dir, e))?
+                .len();
+            snapshot.state_bytes += size;
+            let known = if name.ends_with(".sst") {
+                self.uploaded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&name)
+                    .map(|(object, _)| object.clone())
+            } else {
+                None
+            };
+            if let Some(object) = known {
+                snapshot.files.push(object);
+                continue;
+            }
+            let bytes = tokio::fs::read(&path)
+                .await
+                .map_err(|e| backend_error(&self.dir, e))?;
+            let object = if name.ends_with(".sst") {
+                format!("{}/{}{INSTANCE_SEPARATOR}{name}", target.shared, self.instance)
+            } else {
+                format!("{}/{name}", target.dir)
+            };
+            target.store.put(&object, bytes).await?;
+            snapshot.uploaded_bytes += size;
+            if name.ends_with(".sst") {
+                self.uploaded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name, (object.clone(), size));
+            }
+            snapshot.files.push(object);
+        }
+        let _ = tokio::fs::remove_dir_all(&self.dir).await;
+        Ok(snapshot)
+    }
+}
+
+impl Drop for RocksDbStateBackend {
+    fn drop(&mut self) {
+        // The database is scratch space: checkpoints are what outlive the task.
+        let _ = std::fs::remove_dir_all(self.base.join("db"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn store(name: &str) -> (ObjectStore, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("floe-rocksdb-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let s = ObjectStore::open(
+            &format!("file://{}", dir.join("objects").display()),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        (s, dir)
+    }
+
+    fn target(store: &ObjectStore, checkpoint: u64, task: &str) -> SnapshotTarget {
+        SnapshotTarget {
+            store: store.clone(),
+            dir: format!("chk-{checkpoint}/{task}"),
+            shared: format!("shared/{task}"),
+        }
+    }
+
+    /// Deterministic incompressible-ish bytes.
+    fn value(i: u64, round: u64, len: usize) -> Vec<u8> {
+        let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ round;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_second_checkpoint_uploads_only_new_files_and_restores_any_key_group_range() {
+        let (objects, dir) = store("incremental");
+        let mut db = RocksDbStateBackend::open(&dir.join("task-0"), 0..128).unwrap();
+        let n = 20_000u64;
+        for i in 0..n {
+            db.put("count", (i % 128) as u32, &i.to_be_bytes(), &value(i, 0, 200))
+                .unwrap();
+        }
+        let first = db
+            .prepare_snapshot(1)
+            .unwrap()
+            .upload(&target(&objects, 1, "t0"))
+            .await
+            .unwrap();
+        // 1% of the keys change.
+        for i in (0..n).step_by(100) {
+            db.put("count", (i % 128) as u32, &i.to_be_bytes(), &value(i, 1, 200))
+                .unwrap();
+        }
+        db.delete("count", 5, &5u64.to_be_bytes()).unwrap();
+        let second = db
+            .prepare_snapshot(2)
+            .unwrap()
+            .upload(&target(&objects, 2, "t0"))
+            .await
+            .unwrap();
+        // As the JobManager does: the snapshots go into each checkpoint's metadata; the sizes are
+        // read back from there.
+        let checkpoints = floe_checkpoint::CheckpointStore::new(objects.clone());
+        for (id, snapshot) in [(1, &first), (2, &second)] {
+            let metadata = floe_checkpoint::CompletedCheckpoint {
+                job_id: "job".into(),
+                id,
+                triggered_ms: 0,
+                completed_ms: 0,
+                tasks: BTreeMap::from([("reduce#0".to_string(), snapshot.clone())]),
+            };
+            checkpoints.write(&metadata).await.unwrap();
+        }
+        let full = checkpoints.load("job", 1).await.unwrap().uploaded_bytes();
+        let incremental = checkpoints.load("job", 2).await.unwrap().uploaded_bytes();
+        assert!(full > 3_000_000, "first: {first:?}");
+        assert!(
+            incremental * 10 < full,
+            "checkpoint 2 uploaded {incremental} bytes, checkpoint 1 {full}"
+        );
+        assert!(
+            second.state_bytes >= first.state_bytes,
+            "the shared files are still part of it"
+        );
+        let shared: Vec<&String> = second.files.iter().filter(|f| f.starts_with("shared/")).collect();
+        assert!(
+            shared.iter().any(|f| first.files.contains(f)),
+            "references the first's SST files"
+        );
+
+        // Same range: everything as of checkpoint 2.
+        let whole = RocksDbStateBackend::restore(&dir.join("r0"), &objects, &[second.clone()], 0..128)
+            .await
+            .unwrap();
+        for i in [0u64, 5, 6, 100, 19_999] {
+            let expected = (i != 5).then(|| value(i, u64::from(i % 100 == 0), 200));
+            assert_eq!(
+                whole.get("count", (i % 128) as u32, &i.to_be_bytes()).unwrap(),
+                expected,
+                "key {i}"
+            );
+        }
+        // Rescaled: key groups 32..64 only, from one snapshot (range delete) and from two (copy).
+        let part = RocksDbStateBackend::restore(&dir.join("r1"), &objects, &[second.clone()], 32..64)
+            .await
+            .unwrap();
+        assert!(part.get("count", 40, &40u64.to_be_bytes()).unwrap().is_some());
+        assert!(part.get("count", 6, &6u64.to_be_bytes()).unwrap().is_none());
+        let merged = RocksDbStateBackend::restore(&dir.join("r2"), &objects, &[first, second], 32..64)
+            .await
+            .unwrap();
+        assert_eq!(
+            merged.get("count", 300 % 128, &300u64.to_be_bytes()).unwrap(),
+            Some(value(300, 1, 200)),
+            "the later snapshot wins"
+        );
+        assert!(merged.get("count", 70, &70u64.to_be_bytes()).unwrap().is_none());
+
+        // A missing object is an error naming it.
+        let gone = whole_files_of(&objects).await;
+        objects.delete(&gone).await.unwrap();
+        let e = RocksDbStateBackend::restore(&dir.join("r3"), &objects, &[part_snapshot(&gone)], 0..128)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&gone), "{e}");
+        drop((db, whole, part, merged));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    async fn whole_files_of(objects: &ObjectStore) -> String {
+        let names = objects.list("chk-2/t0").await.unwrap();
+        let current = names.iter().find(|n| n.starts_with("CURRENT")).unwrap();
+        format!("chk-2/t0/{current}")
+    }
+
+    fn part_snapshot(object: &str) -> TaskSnapshot {
+        TaskSnapshot {
+            files: vec![object.to_string()],
+            ..TaskSnapshot::default()
+        }
+    }
+}
