@@ -170,6 +170,11 @@ fn recover(backend: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), 
         .into());
     }
     let after = get(&cluster, &format!("/jobs/{id}/checkpoints"));
+    let restored = after["latest"]["restored"]["id"].as_u64();
+    assert!(
+        restored.is_some_and(|r| r >= 2),
+        "the restart restores the latest checkpoint (2 had completed at the kill): {after}"
+    );
     eprintln!(
         "{name}: {} lines exactly once; checkpoints {}; the last: {}",
         got.len(),

@@ -38,6 +38,8 @@ pub struct JobCheckpoints {
     next_trigger_ms: u64,
     pending_since_ms: Option<u64>,
     pub counts: CheckpointCounts,
+    /// The checkpoint the running attempts were restored from (Flink's `latest.restored`).
+    pub restored: Option<u64>,
 }
 
 impl JobCheckpoints {
@@ -52,6 +54,7 @@ impl JobCheckpoints {
             next_trigger_ms: 0,
             pending_since_ms: None,
             counts: CheckpointCounts::default(),
+            restored: None,
         }
     }
 
@@ -70,9 +73,15 @@ impl JobCheckpoints {
             let c = Arc::new(c);
             self.coordinator.completed(c.id);
             self.retained = vec![c.clone()];
+            self.restored = Some(c.id);
             self.latest = Some(c);
         }
         self.ready = true;
+    }
+
+    /// Restarted attempts restore from the latest checkpoint.
+    pub fn restarting(&mut self) {
+        self.restored = self.latest.as_ref().map(|c| c.id).or(self.restored);
     }
 
     /// This task's snapshot in the latest checkpoint, to restore it from.

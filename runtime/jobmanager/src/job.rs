@@ -920,6 +920,9 @@ impl JobMaster {
         if self.status != JobStatus::Running {
             return Vec::new();
         }
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.restarting();
+        }
         let mut fresh = Vec::new();
         for &v in vertices {
             match self.graph.new_attempt(v) {

@@ -178,7 +178,10 @@ async fn checkpoints(State(jm): State<JobManager>, Path(id): Path<String>) -> Re
             "completed": c.counts.completed,
             "failed": c.counts.failed,
         },
-        "latest": { "completed": latest },
+        "latest": {
+            "completed": latest,
+            "restored": c.restored.map(|id| json!({ "id": id, "is_savepoint": false })),
+        },
     }))
     .into_response()
 }
