@@ -531,3 +531,69 @@ fn a_restarted_jobmanager_finds_finished_local_partitions_on_the_taskmanagers() 
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A streaming job with checkpoints survives its JobManager: SIGKILL it after the second completed
+/// checkpoint; the restarted JobManager resumes the job from the newest checkpoint in the job storage
+/// (its REST API says which), and the committed output equals the fault-free output exactly.
+#[test]
+fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
+    let dir = common::scratch("run-jm-kill-streaming");
+    let work = dir.join("work");
+    let output = dir.join("out");
+    let records = 30_000u64;
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"5000\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration:\n    execution.checkpointing.interval: \"1 s\"\n    state.backend.type: rocksdb\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let (run, stderr, rest) = start_floe_run(&dir, &manifest, &work);
+    let job_id = loop {
+        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
+            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
+        {
+            break id.to_string();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let checkpoints = format!("/jobs/{job_id}/checkpoints");
+    let started = Instant::now();
+    loop {
+        if let Some((_, c)) = common::try_http("GET", &rest, &checkpoints)
+            && c["counts"]["completed"].as_u64().unwrap_or(0) >= 2
+        {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no second checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    let killed_pid = kill_jobmanager(&work);
+    // The new JobManager says which checkpoint it restored.
+    let started = Instant::now();
+    let restored = loop {
+        if !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
+            && let Some((200, c)) = common::try_http("GET", &rest, &checkpoints)
+            && let Some(id) = c["latest"]["restored"]["id"].as_u64()
+        {
+            break id;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the job was not resumed from a checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(restored >= 2, "restored checkpoint {restored}");
+    finished_run(run, &stderr);
+    let mut got = common::output_lines(&output);
+    got.sort();
+    let mut expected: Vec<(String, u64)> = common::pipeline_reference(42, records)
+        .into_iter()
+        .flat_map(|(w, total)| (1..=total).map(move |c| (w.clone(), c)))
+        .collect();
+    expected.sort();
+    assert_eq!(got.len(), expected.len(), "every update exactly once");
+    assert!(got == expected, "the committed output differs from the fault-free output");
+    let _ = std::fs::remove_dir_all(&dir);
+}
