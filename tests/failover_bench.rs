@@ -5,7 +5,7 @@
 //! job RUNNING (the baseline, same run), the new one's time from process start to the job RUNNING
 //! again with the 1,000 finished executions restored from the log, and the ratio.
 //!
-//! `cargo test -p floe --test failover_bench` (dev profile, so no release build of RocksDB is needed);
+//! `cargo test --workspace --test failover_bench` (dev profile and the workspace feature set, so RocksDB is not built again);
 //! `FLOE_BENCH_TASKS` sets the number of first-stage tasks (default 1000).
 #![allow(clippy::unwrap_used)]
 

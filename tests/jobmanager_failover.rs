@@ -567,7 +567,10 @@ fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
         {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "no second checkpoint");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no second checkpoint"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let job_file = work.join("flinkjob.yaml").display().to_string();
@@ -581,7 +584,10 @@ fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
         {
             break id;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the job was not resumed from a checkpoint");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the job was not resumed from a checkpoint"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(restored >= 2, "restored checkpoint {restored}");
@@ -594,6 +600,9 @@ fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
         .collect();
     expected.sort();
     assert_eq!(got.len(), expected.len(), "every update exactly once");
-    assert!(got == expected, "the committed output differs from the fault-free output");
+    assert!(
+        got == expected,
+        "the committed output differs from the fault-free output"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

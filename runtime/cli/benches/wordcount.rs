@@ -1,7 +1,7 @@
 //! WordCount, Floe against Apache Flink 2.3 and a hand-written single-threaded Rust baseline, on the
 //! same generated file in the same run.
 //!
-//! Run: `cargo bench -p floe --bench wordcount` (options after `--`: `--mib N` input size, default 200;
+//! Run: `cargo bench -p floe --bench wordcount --no-default-features` (no RocksDB build) (options after `--`: `--mib N` input size, default 200;
 //! `--skip-flink`; `--parallelism P`, default 2). The input is generated once (seeded Zipf words) under
 //! `$CARGO_TARGET_DIR/bench-data/`. Flink runs through `../shared/bench/flink/flink-wordcount.sh`, which
 //! installs Flink from PyPI once. Peak memory is sampled from /proc for the whole process tree of each

@@ -45,6 +45,16 @@ pub enum Event {
         produced: Vec<Vec<u64>>,
         time_ms: u64,
     },
+    /// A vertex of a submitted job was initialized with this parallelism. A JobManager that takes
+    /// over compares it with the graph it builds: finished executions of a changed graph are not
+    /// reused.
+    VertexInitialized {
+        job_id: String,
+        vertex: u32,
+        id: String,
+        parallelism: u32,
+        time_ms: u64,
+    },
     /// A checkpoint's metadata was written (`checkpoints/{job}/chk-{n}/_metadata`): a restarted
     /// JobManager resumes the job from the newest readable one.
     CheckpointCompleted {
@@ -68,6 +78,8 @@ pub struct LoggedJob {
     pub changed_ms: u64,
     /// The latest checkpoint the log saw complete.
     pub checkpoint: Option<u64>,
+    /// (vertex id, parallelism) by vertex index, as initialized.
+    pub vertices: BTreeMap<u32, (String, u32)>,
 }
 
 impl LoggedJob {
@@ -102,6 +114,7 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                 submitted_ms: *time_ms,
                 changed_ms: *time_ms,
                 checkpoint: None,
+                vertices: BTreeMap::new(),
             }),
             Event::JobStatusChanged {
                 job_id,
@@ -132,6 +145,17 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                         attempt: *attempt,
                         produced: produced.clone(),
                     });
+                }
+            }
+            Event::VertexInitialized {
+                job_id,
+                vertex,
+                id,
+                parallelism,
+                ..
+            } => {
+                if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
+                    j.vertices.insert(*vertex, (id.clone(), *parallelism));
                 }
             }
             Event::CheckpointCompleted {
@@ -202,7 +226,27 @@ pub async fn resume(
             );
         } else {
             jm.submit_with_id(j.args.clone(), j.id.clone())?;
-            let restored = jm.restore_finished(&j.id, &j.finished);
+            // Finished executions are reused only for the graph they ran in.
+            let now: BTreeMap<u32, (String, u32)> = jm
+                .vertex_parallelism(&j.id)
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| (i as u32, v))
+                .collect();
+            let changed = j.vertices.iter().find(|(i, v)| now.get(i) != Some(v));
+            let finished: &[crate::job::FinishedExecution] = match changed {
+                Some((i, (id, p))) => {
+                    tracing::warn!(
+                        job = %j.id,
+                        "vertex {i} ({id}) was initialized with parallelism {p}, the graph built now differs \
+                         ({:?}): running every task again",
+                        now.get(i)
+                    );
+                    &[]
+                }
+                None => &j.finished,
+            };
+            let restored = jm.restore_finished(&j.id, finished);
             tracing::info!(
                 job = %j.id,
                 restored,
@@ -218,18 +262,30 @@ pub async fn resume(
     let has_current = logged.iter().any(is_current);
     if let Some(app) = application.filter(|_| !has_current) {
         // A job that cannot be built is refused before it reaches the log.
-        jm.check(&app.job)?;
+        let vertices = jm.check(&app.job)?;
         let id = JobManager::new_job_id();
         // Logged before it runs: a JobManager that dies right after still knows the job.
-        log.append(&[Event::JobSubmitted {
+        let mut events = vec![Event::JobSubmitted {
             job_id: id.clone(),
             name: app.job.name.clone(),
             args: app.job.args.clone(),
             configuration: app.job.configuration.clone(),
             deployment: app.deployment.clone(),
             time_ms: now_ms(),
-        }])
-        .await?;
+        }];
+        events.extend(
+            vertices
+                .into_iter()
+                .enumerate()
+                .map(|(i, (vertex_id, parallelism))| Event::VertexInitialized {
+                    job_id: id.clone(),
+                    vertex: i as u32,
+                    id: vertex_id,
+                    parallelism,
+                    time_ms: now_ms(),
+                }),
+        );
+        log.append(&events).await?;
         jm.submit_with_id(app.job, id)?;
     }
     jm.attach_log(log, known).await;
@@ -289,9 +345,24 @@ mod tests {
             submitted("a"),
             status("a", "RUNNING", 2),
             submitted("b"),
+            Event::VertexInitialized {
+                job_id: "b".into(),
+                vertex: 0,
+                id: "source".into(),
+                parallelism: 4,
+                time_ms: 2,
+            },
             status("a", "FINISHED", 3),
             status("b", "RUNNING", 4),
+            Event::CheckpointCompleted {
+                job_id: "b".into(),
+                checkpoint: 7,
+                time_ms: 5,
+            },
         ]);
+        assert_eq!(jobs[1].vertices.get(&0), Some(&("source".to_string(), 4)));
+        assert_eq!(jobs[1].checkpoint, Some(7));
+        assert!(jobs[0].vertices.is_empty());
         assert_eq!(jobs.len(), 2);
         assert!(jobs[0].has_ended());
         assert_eq!((jobs[0].submitted_ms, jobs[0].changed_ms), (1, 3));

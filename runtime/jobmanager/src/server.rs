@@ -215,16 +215,36 @@ impl JobManager {
     }
 
     /// Builds a job's graph without submitting it: whether the registry knows the job and its
-    /// arguments are valid.
-    pub fn check(&self, args: &JobArgs) -> Result<()> {
+    /// arguments are valid. Returns each vertex's id and parallelism.
+    pub fn check(&self, args: &JobArgs) -> Result<Vec<(String, u32)>> {
         self.inner
             .registry
             .build(args)
-            .map(|_| ())
+            .map(|built| {
+                built
+                    .job_graph()
+                    .vertices()
+                    .iter()
+                    .map(|v| (v.id.clone(), v.parallelism))
+                    .collect()
+            })
             .map_err(|e| Error::JobBuild {
                 job: args.name.clone(),
                 message: e.to_string(),
             })
+    }
+
+    /// Each vertex's id and parallelism in a submitted job's graph.
+    pub fn vertex_parallelism(&self, job_id: &str) -> Vec<(String, u32)> {
+        self.state().jobs.get(job_id).map_or_else(Vec::new, |j| {
+            j.master
+                .graph
+                .job_graph()
+                .vertices()
+                .iter()
+                .map(|v| (v.id.clone(), v.parallelism))
+                .collect()
+        })
     }
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.

@@ -206,12 +206,12 @@ impl InputGate for RemoteInputGate {
                 } => (events, credits, remaining, alignment),
             };
             // Buffers held back during an alignment that has completed go first, in arrival order.
-            if let Some(at) = alignment.held.iter().position(|(i, _)| !alignment.blocked[*i]) {
-                if let Some((index, buffer)) = alignment.held.remove(at) {
-                    let data = buffer.into_bytes();
-                    grant_credit(credits, index);
-                    return Ok(Some(GateItem::Buffer(data)));
-                }
+            if let Some(at) = alignment.held.iter().position(|(i, _)| !alignment.blocked[*i])
+                && let Some((index, buffer)) = alignment.held.remove(at)
+            {
+                let data = buffer.into_bytes();
+                grant_credit(credits, index);
+                return Ok(Some(GateItem::Buffer(data)));
             }
             if *remaining == 0 && alignment.held.is_empty() {
                 self.state = GateState::Finished;

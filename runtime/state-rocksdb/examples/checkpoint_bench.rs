@@ -2,8 +2,9 @@
 //! state, then an incremental one after 1% of the keys changed, to `file://` storage. Prints figures
 //! and the incremental/full ratios (measured in the same run; this machine is shared and noisy).
 //!
-//! `cargo run -p floe-state-rocksdb --example checkpoint_bench` (dev profile: RocksDB's C++ is built
-//! at -O2 by the workspace's dependency profile, so there is no second 20-minute release build of it).
+//! `cargo build --workspace --examples && $CARGO_TARGET_DIR/debug/examples/checkpoint_bench` (dev
+//! profile and the workspace's feature set: RocksDB's C++ is already built, at -O2 by the workspace's
+//! dependency profile, so there is no second 20-minute build of it).
 //! `FLOE_BENCH_STATE_MIB` sets the state size (default 1024).
 #![allow(clippy::unwrap_used)]
 

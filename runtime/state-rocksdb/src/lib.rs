@@ -411,9 +411,10 @@ mod tests {
         );
 
         // Same range: everything as of checkpoint 2.
-        let whole = RocksDbStateBackend::restore(&dir.join("r0"), &objects, &[second.clone()], 0..128)
-            .await
-            .unwrap();
+        let whole =
+            RocksDbStateBackend::restore(&dir.join("r0"), &objects, std::slice::from_ref(&second), 0..128)
+                .await
+                .unwrap();
         for i in [0u64, 5, 6, 100, 19_999] {
             let expected = (i != 5).then(|| value(i, u64::from(i % 100 == 0), 200));
             assert_eq!(
@@ -423,9 +424,10 @@ mod tests {
             );
         }
         // Rescaled: key groups 32..64 only, from one snapshot (range delete) and from two (copy).
-        let part = RocksDbStateBackend::restore(&dir.join("r1"), &objects, &[second.clone()], 32..64)
-            .await
-            .unwrap();
+        let part =
+            RocksDbStateBackend::restore(&dir.join("r1"), &objects, std::slice::from_ref(&second), 32..64)
+                .await
+                .unwrap();
         assert!(part.get("count", 40, &40u64.to_be_bytes()).unwrap().is_some());
         assert!(part.get("count", 6, &6u64.to_be_bytes()).unwrap().is_none());
         let merged = RocksDbStateBackend::restore(&dir.join("r2"), &objects, &[first, second], 32..64)

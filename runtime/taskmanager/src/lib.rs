@@ -22,7 +22,6 @@ use floe_proto::v1::{self as pb};
 use floe_scheduler::ExecutionState;
 use floe_shuffle::{InputChannelSpec, PartitionKind, ShuffleConfig, ShuffleEnvironment};
 use floe_state::{HashMapStateBackend, SnapshotTarget};
-use floe_state_rocksdb::RocksDbStateBackend;
 use floe_storage::ObjectStore;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -127,7 +126,9 @@ async fn keyed_state(
         StateBackendKind::HashMap => {
             KeyedStateInit::Heap(HashMapStateBackend::restore(&store, &snapshots, key_groups).await?)
         }
+        #[cfg(feature = "rocksdb")]
         StateBackendKind::RocksDb => {
+            use floe_state_rocksdb::RocksDbStateBackend;
             let db = match restore {
                 Some((_, s)) if !s.files.is_empty() => {
                     RocksDbStateBackend::restore(dir, &store, std::slice::from_ref(s), key_groups).await?
@@ -135,6 +136,15 @@ async fn keyed_state(
                 _ => RocksDbStateBackend::open(dir, key_groups)?,
             };
             KeyedStateInit::Backend(Box::new(db))
+        }
+        #[cfg(not(feature = "rocksdb"))]
+        StateBackendKind::RocksDb => {
+            let _ = dir;
+            return Err(floe_state::Error::Backend {
+                backend: "rocksdb".into(),
+                message: "state.backend.type: rocksdb, but this floe was built without the rocksdb feature"
+                    .into(),
+            });
         }
     }))
 }
