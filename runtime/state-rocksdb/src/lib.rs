@@ -183,6 +183,11 @@ impl RocksDbStateBackend {
         Ok(backend)
     }
 
+    /// Compacts the whole key space (a state that has settled: no L0 files left to merge).
+    pub fn compact(&self) {
+        self.db.compact_range::<&[u8], &[u8]>(None, None);
+    }
+
     fn db_key(&mut self, state: &str, key_group: u32, key: &[u8]) {
         self.key.clear();
         self.key.extend_from_slice(&key_group_prefix(key_group));
