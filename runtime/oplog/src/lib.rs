@@ -164,9 +164,13 @@ impl OperationLog {
         loop {
             let path = format!("{dir}/{}", name(seq));
             match store.get_opt(&path).await? {
-                Some(bytes) => match Self::decode::<E>(store, &path, &bytes)? {
-                    Entry::Events(batch) => events.extend(batch),
-                    Entry::Sealed { .. } => return Ok(()),
+                Some(bytes) => match Self::decode::<E>(store, &path, &bytes) {
+                    Ok(Entry::Events(batch)) => events.extend(batch),
+                    Ok(Entry::Sealed { .. }) => return Ok(()),
+                    Err(Error::Corrupt { url, reason }) => {
+                        Self::torn_tail::<E>(store, &dir, seq, &url, &reason).await?;
+                    }
+                    Err(e) => return Err(e),
                 },
                 None => {
                     let seal: Entry<E> = Entry::Sealed { by_epoch: epoch };
@@ -184,6 +188,51 @@ impl OperationLog {
             }
             seq += 1;
         }
+    }
+
+    /// A damaged entry is tolerated only as the torn tail of an epoch: the last entry, written by a
+    /// leader that died during the append (a file system write is not atomic), so that append never
+    /// returned and nothing was done on it. It is re-read for a while first (a live leader may still
+    /// be writing it); damage anywhere else is an error naming the object.
+    async fn torn_tail<E: DeserializeOwned>(
+        store: &ObjectStore,
+        dir: &str,
+        seq: u64,
+        url: &str,
+        reason: &str,
+    ) -> Result<()> {
+        let corrupt = || Error::Corrupt {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        };
+        let next = format!("{dir}/{}", name(seq + 1));
+        match store.get_opt(&next).await? {
+            None => {}
+            Some(bytes) => match Self::decode::<E>(store, &next, &bytes) {
+                Ok(Entry::Sealed { .. }) => {}
+                _ => return Err(corrupt()),
+            },
+        }
+        let path = format!("{dir}/{}", name(seq));
+        for _ in 0..10 {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            if let Some(bytes) = store.get_opt(&path).await?
+                && Self::decode::<E>(store, &path, &bytes).is_ok()
+            {
+                // Written whole meanwhile: the caller's next read of this epoch would see it, but the
+                // sequence moved on; refuse rather than skip an event that was acted on.
+                return Err(Error::Corrupt {
+                    url: url.to_string(),
+                    reason: "was being written while the log was replayed; start again".into(),
+                });
+            }
+        }
+        tracing::warn!(
+            url,
+            reason,
+            "skipping the torn last entry of an older epoch (its append never returned)"
+        );
+        Ok(())
     }
 
     fn decode<E: DeserializeOwned>(store: &ObjectStore, path: &str, bytes: &Bytes) -> Result<Entry<E>> {
