@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use floe::local_cluster::{ClusterSpec, LocalCluster};
-use floe_proto::v1::SubmitJobRequest;
-use floe_proto::v1::job_manager_client::JobManagerClient;
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
@@ -25,24 +23,6 @@ const SEED: u64 = 42;
 const RECORDS: u64 = 30_000;
 /// Lines per second: the job runs about 6 s, so several checkpoints complete before it ends.
 const RATE: u64 = 5_000;
-
-fn submit(cluster: &LocalCluster, args: Vec<String>, conf: BTreeMap<String, String>) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut client = JobManagerClient::connect(format!("http://{}", cluster.rpc_address))
-            .await
-            .unwrap();
-        let request = SubmitJobRequest {
-            job_name: "pipeline".into(),
-            args,
-            configuration: conf.into_iter().collect(),
-        };
-        client.submit_job(request).await.unwrap().into_inner().job_id
-    })
-}
 
 fn get(cluster: &LocalCluster, path: &str) -> Value {
     let (status, body) = http("GET", &cluster.rest_address, path);
@@ -109,7 +89,7 @@ fn recover(backend: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), 
     ]
     .map(String::from)
     .to_vec();
-    let id = submit(&cluster, args, conf);
+    let id = submit_job(&cluster.rpc_address, "pipeline", args, conf);
 
     // After the second completed checkpoint: kill the TaskManager running reduce#0.
     let at_kill = wait_for("two completed checkpoints", Duration::from_secs(60), || {

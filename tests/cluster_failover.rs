@@ -12,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use floe::local_cluster::{ClusterSpec, LocalCluster};
-use floe_proto::v1::SubmitJobRequest;
-use floe_proto::v1::job_manager_client::JobManagerClient;
 use serde_json::Value;
 
 fn cluster(name: &str, taskmanagers: u32, slots: u32) -> (LocalCluster, std::path::PathBuf) {
@@ -30,21 +28,8 @@ fn cluster(name: &str, taskmanagers: u32, slots: u32) -> (LocalCluster, std::pat
 }
 
 fn submit(cluster: &LocalCluster, name: &str, args: &[String], conf: &[(&str, &str)]) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut client = JobManagerClient::connect(format!("http://{}", cluster.rpc_address))
-            .await
-            .unwrap();
-        let request = SubmitJobRequest {
-            job_name: name.into(),
-            args: args.to_vec(),
-            configuration: conf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        };
-        client.submit_job(request).await.unwrap().into_inner().job_id
-    })
+    let conf = conf.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    submit_job(&cluster.rpc_address, name, args.to_vec(), conf)
 }
 
 fn job(cluster: &LocalCluster, id: &str) -> Value {

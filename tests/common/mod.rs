@@ -194,4 +194,30 @@ pub fn pipeline_reference(seed: u64, records: u64) -> HashMap<String, u64> {
     counts
 }
 
+/// Submits a registered job to a JobManager over gRPC; returns the job id.
+pub fn submit_job(
+    rpc_address: &str,
+    name: &str,
+    args: Vec<String>,
+    configuration: impl IntoIterator<Item = (String, String)>,
+) -> String {
+    use floe_proto::v1::SubmitJobRequest;
+    use floe_proto::v1::job_manager_client::JobManagerClient;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut client = JobManagerClient::connect(format!("http://{rpc_address}"))
+            .await
+            .unwrap();
+        let request = SubmitJobRequest {
+            job_name: name.into(),
+            args,
+            configuration: configuration.into_iter().collect(),
+        };
+        client.submit_job(request).await.unwrap().into_inner().job_id
+    })
+}
+
 pub mod images;

@@ -146,6 +146,15 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Each vertex's id and parallelism, in vertex order (what the operation log records).
+fn vertex_parallelism(graph: &floe_scheduler::JobGraph) -> Vec<(String, u32)> {
+    graph
+        .vertices()
+        .iter()
+        .map(|v| (v.id.clone(), v.parallelism))
+        .collect()
+}
+
 /// A 32-hex-digit id like Flink's JobID, unique per process and time.
 fn new_id(salt: u64) -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -220,14 +229,7 @@ impl JobManager {
         self.inner
             .registry
             .build(args)
-            .map(|built| {
-                built
-                    .job_graph()
-                    .vertices()
-                    .iter()
-                    .map(|v| (v.id.clone(), v.parallelism))
-                    .collect()
-            })
+            .map(|built| vertex_parallelism(built.job_graph()))
             .map_err(|e| Error::JobBuild {
                 job: args.name.clone(),
                 message: e.to_string(),
@@ -236,15 +238,10 @@ impl JobManager {
 
     /// Each vertex's id and parallelism in a submitted job's graph.
     pub fn vertex_parallelism(&self, job_id: &str) -> Vec<(String, u32)> {
-        self.state().jobs.get(job_id).map_or_else(Vec::new, |j| {
-            j.master
-                .graph
-                .job_graph()
-                .vertices()
-                .iter()
-                .map(|v| (v.id.clone(), v.parallelism))
-                .collect()
-        })
+        self.state()
+            .jobs
+            .get(job_id)
+            .map_or_else(Vec::new, |j| vertex_parallelism(j.master.graph.job_graph()))
     }
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.

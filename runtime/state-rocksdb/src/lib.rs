@@ -60,6 +60,16 @@ fn key_group_prefix(key_group: u32) -> [u8; 4] {
     key_group.to_be_bytes()
 }
 
+/// `key group (u32 BE) | state name length (u8) | state name | key` into `out` (cleared first).
+fn encode_key(out: &mut Vec<u8>, state: &str, key_group: u32, key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&key_group_prefix(key_group));
+    let name = &state.as_bytes()[..state.len().min(255)];
+    out.push(name.len() as u8);
+    out.extend_from_slice(name);
+    out.extend_from_slice(key);
+}
+
 fn options() -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
@@ -189,12 +199,7 @@ impl RocksDbStateBackend {
     }
 
     fn db_key(&mut self, state: &str, key_group: u32, key: &[u8]) {
-        self.key.clear();
-        self.key.extend_from_slice(&key_group_prefix(key_group));
-        let name = &state.as_bytes()[..state.len().min(255)];
-        self.key.push(name.len() as u8);
-        self.key.extend_from_slice(name);
-        self.key.extend_from_slice(key);
+        encode_key(&mut self.key, state, key_group, key);
     }
 
     fn error(&self, e: rocksdb::Error) -> Error {
@@ -209,11 +214,7 @@ impl KeyedStateBackend for RocksDbStateBackend {
 
     fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut k = Vec::with_capacity(5 + state.len() + key.len());
-        k.extend_from_slice(&key_group_prefix(key_group));
-        let name = &state.as_bytes()[..state.len().min(255)];
-        k.push(name.len() as u8);
-        k.extend_from_slice(name);
-        k.extend_from_slice(key);
+        encode_key(&mut k, state, key_group, key);
         self.db.get(&k).map_err(|e| self.error(e))
     }
 
