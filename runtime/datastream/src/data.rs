@@ -15,6 +15,20 @@ pub trait Data: Clone + Send + Sync + 'static {
     fn decode(input: &mut &[u8]) -> Result<Self>;
     /// The record as one line of a text sink (no newline); tuples are TAB-separated.
     fn write_text(&self, out: &mut Vec<u8>);
+    /// Decodes the next record into `self`, reusing what it owns (a string's buffer): the input
+    /// side of a chain that borrows its records decodes every record into one value.
+    fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
+        *self = Self::decode(input)?;
+        Ok(())
+    }
+    /// FNV-1a over [`Data::encode`]'s bytes, continued from `state`: the stable key hash. Types
+    /// whose encoding is cheap to walk hash it without writing it out; others encode into
+    /// `scratch` first.
+    fn hash_encoded(&self, state: u32, scratch: &mut Vec<u8>) -> u32 {
+        scratch.clear();
+        self.encode(scratch);
+        fnv1a32_from(state, scratch)
+    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -126,6 +140,22 @@ impl Data for String {
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
     }
+    fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
+        let n = usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))?;
+        let text = std::str::from_utf8(take(input, n)?).map_err(|e| Error::Decode(e.to_string()))?;
+        self.clear();
+        self.push_str(text);
+        Ok(())
+    }
+    fn hash_encoded(&self, mut state: u32, _scratch: &mut Vec<u8>) -> u32 {
+        let mut n = self.len() as u64;
+        while n >= 0x80 {
+            state = fnv1a32_step(state, (n as u8) | 0x80);
+            n >>= 7;
+        }
+        state = fnv1a32_step(state, n as u8);
+        fnv1a32_from(state, self.as_bytes())
+    }
 }
 
 impl<T: Data> Data for Vec<T> {
@@ -162,6 +192,14 @@ impl<A: Data, B: Data> Data for (A, B) {
     fn decode(input: &mut &[u8]) -> Result<Self> {
         Ok((A::decode(input)?, B::decode(input)?))
     }
+    fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
+        self.0.decode_into(input)?;
+        self.1.decode_into(input)
+    }
+    fn hash_encoded(&self, state: u32, scratch: &mut Vec<u8>) -> u32 {
+        let state = self.0.hash_encoded(state, scratch);
+        self.1.hash_encoded(state, scratch)
+    }
     fn write_text(&self, out: &mut Vec<u8>) {
         self.0.write_text(out);
         out.push(b'\t');
@@ -187,21 +225,78 @@ impl<A: Data, B: Data, C: Data> Data for (A, B, C) {
     }
 }
 
-/// FNV-1a (32 bit) over bytes: the key's "hashCode", identical in every process and build.
-pub fn fnv1a32(bytes: &[u8]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for &b in bytes {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    h
+const FNV1A32_OFFSET: u32 = 0x811c_9dc5;
+
+#[inline]
+fn fnv1a32_step(h: u32, b: u8) -> u32 {
+    (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
 }
 
-/// Stable hash of a key: FNV-1a over its encoded bytes. `scratch` is reused to avoid allocating.
+/// FNV-1a (32 bit) continued from `state` over more bytes.
+#[inline]
+fn fnv1a32_from(state: u32, bytes: &[u8]) -> u32 {
+    bytes.iter().fold(state, |h, &b| fnv1a32_step(h, b))
+}
+
+/// FNV-1a (32 bit) over bytes: the key's "hashCode", identical in every process and build.
+pub fn fnv1a32(bytes: &[u8]) -> u32 {
+    fnv1a32_from(FNV1A32_OFFSET, bytes)
+}
+
+/// Stable hash of a key: FNV-1a over its encoded bytes, which are left in `scratch` (state
+/// backends store them as the key).
 pub fn key_hash<K: Data>(key: &K, scratch: &mut Vec<u8>) -> u32 {
     scratch.clear();
     key.encode(scratch);
     fnv1a32(scratch)
+}
+
+/// The same hash as [`key_hash`] where only the hash is needed (routing a record): strings and
+/// tuples of them are hashed without being encoded first.
+pub fn key_hash_only<K: Data>(key: &K, scratch: &mut Vec<u8>) -> u32 {
+    key.hash_encoded(FNV1A32_OFFSET, scratch)
+}
+
+/// Routes key hashes to subtasks as [`key_group_for_hash`] and [`operator_index_for_key_group`]
+/// do, without their two divisions per record: the remainder by `max_parallelism` is computed by
+/// multiplication (Lemire, Kaser and Kurz, "Faster remainder by direct computation", 2019) and the
+/// key group's subtask is looked up in a table.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyGroupRouter {
+    max_parallelism: u32,
+    /// `ceil(2^64 / max_parallelism)`; 0 for a max parallelism of 1.
+    magic: u64,
+    subtask: Vec<u32>,
+}
+
+impl KeyGroupRouter {
+    pub(crate) fn new(max_parallelism: u32, parallelism: u32) -> Self {
+        let max_parallelism = max_parallelism.max(1);
+        let magic = if max_parallelism == 1 {
+            0
+        } else {
+            (u64::MAX / u64::from(max_parallelism)) + 1
+        };
+        let subtask = (0..max_parallelism)
+            .map(|kg| operator_index_for_key_group(max_parallelism, parallelism, kg))
+            .collect();
+        KeyGroupRouter {
+            max_parallelism,
+            magic,
+            subtask,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn key_group(&self, key_hash: u32) -> u32 {
+        let low = self.magic.wrapping_mul(u64::from(murmur_hash(key_hash)));
+        ((u128::from(low) * u128::from(self.max_parallelism)) >> 64) as u32
+    }
+
+    #[inline]
+    pub(crate) fn subtask(&self, key_hash: u32) -> u32 {
+        self.subtask[self.key_group(key_hash) as usize]
+    }
 }
 
 /// Flink's `MathUtils.murmurHash(int)`: murmur3 finalisation of one int, made non-negative.
@@ -284,6 +379,76 @@ mod tests {
         round_trip(&[vec![1u64, 2, 3], vec![]]);
         round_trip(&[("a".to_string(), 5u64), ("bb".to_string(), u64::MAX)]);
         round_trip(&[(1i64, "z".to_string(), vec![true, false])]);
+    }
+
+    #[test]
+    fn decode_into_reuses_and_matches_decode() {
+        let values = [
+            ("héllo".to_string(), 5u64),
+            (String::new(), 0),
+            ("x".repeat(300), u64::MAX),
+        ];
+        let mut buf = Vec::new();
+        values.iter().for_each(|v| v.encode(&mut buf));
+        let mut input = buf.as_slice();
+        let mut slot = (String::with_capacity(400), 9u64);
+        for v in &values {
+            slot.decode_into(&mut input).expect("decodes");
+            assert_eq!(&slot, v);
+        }
+        assert!(input.is_empty());
+        let mut bad = &[2u8, 0xff, 0xfe][..];
+        assert!(
+            String::new().decode_into(&mut bad).is_err(),
+            "invalid UTF-8 is an error"
+        );
+    }
+
+    #[test]
+    fn key_hash_only_equals_the_hash_of_the_encoding() {
+        let mut scratch = Vec::new();
+        for s in ["", "a", "word", &"long".repeat(40), &"y".repeat(20_000)] {
+            let s = s.to_string();
+            assert_eq!(key_hash_only(&s, &mut scratch), key_hash(&s, &mut Vec::new()));
+            let pair = (s.clone(), 77u64);
+            assert_eq!(
+                key_hash_only(&pair, &mut scratch),
+                key_hash(&pair, &mut Vec::new())
+            );
+        }
+        assert_eq!(
+            key_hash_only(&42u64, &mut scratch),
+            key_hash(&42u64, &mut Vec::new())
+        );
+    }
+
+    #[test]
+    fn key_group_router_agrees_with_flinks_assignment() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (max, p) in [
+            (1u32, 1u32),
+            (128, 2),
+            (128, 3),
+            (7, 7),
+            (4096, 5),
+            (32_768, 32_768),
+            (100, 1),
+        ] {
+            let router = KeyGroupRouter::new(max, p);
+            for h in [0u32, 1, 42, u32::MAX, i32::MAX as u32, 1 << 31]
+                .into_iter()
+                .chain((0..10_000).map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u32
+                }))
+            {
+                let kg = key_group_for_hash(h, max);
+                assert_eq!(router.key_group(h), kg, "hash {h} max {max}");
+                assert_eq!(router.subtask(h), operator_index_for_key_group(max, p, kg));
+            }
+        }
     }
 
     #[test]

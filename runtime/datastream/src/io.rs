@@ -547,7 +547,15 @@ pub(crate) struct SinkOp<T> {
 
 impl<T: Data> Collector<T> for SinkOp<T> {
     fn collect(&mut self, record: T) {
-        self.buffer.extend_from_slice(&self.prefix);
+        self.write(&record)
+    }
+}
+
+impl<T: Data> SinkOp<T> {
+    fn write(&mut self, record: &T) {
+        if !self.prefix.is_empty() {
+            self.buffer.extend_from_slice(&self.prefix);
+        }
         record.write_text(&mut self.buffer);
         self.buffer.push(b'\n');
         self.count += 1;
@@ -564,6 +572,14 @@ impl<T: Data> Collector<T> for SinkOp<T> {
 }
 
 impl<T: Data> Op<T> for SinkOp<T> {
+    fn takes_ref(&self) -> bool {
+        true
+    }
+
+    fn collect_ref(&mut self, record: &T) {
+        self.write(record)
+    }
+
     fn finish(&mut self) {}
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {

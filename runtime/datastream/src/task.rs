@@ -17,7 +17,7 @@ use floe_shuffle::{GateItem, InputGate, PartitionStats, PartitionWriter};
 use tokio::time::Instant;
 
 use crate::checkpoint::{ChainSnapshot, Checkpointing, Control, KeyedStateInit, TaskRestore};
-use crate::data::{Data, key_group_for_hash, operator_index_for_key_group};
+use crate::data::{Data, KeyGroupRouter};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
 use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
@@ -111,8 +111,7 @@ enum Router<T> {
     Broadcast(u32),
     Hash {
         key: KeyHasher<T>,
-        max_parallelism: u32,
-        parallelism: u32,
+        groups: KeyGroupRouter,
     },
 }
 
@@ -199,8 +198,7 @@ impl<T: Data> RecordWriter<T> {
                         })?;
                     Router::Hash {
                         key: (*key).clone(),
-                        max_parallelism: route.max_parallelism.max(n),
-                        parallelism: n,
+                        groups: KeyGroupRouter::new(route.max_parallelism.max(n), n),
                     }
                 }
             };
@@ -271,25 +269,24 @@ impl<T: Data> RecordWriter<T> {
                 Some(sp)
             }
             Router::Broadcast(_) => None,
-            Router::Hash {
-                key,
-                max_parallelism,
-                parallelism,
-            } => {
-                let kg = key_group_for_hash(key(record, key_scratch), *max_parallelism);
-                Some(operator_index_for_key_group(*max_parallelism, *parallelism, kg))
-            }
+            Router::Hash { key, groups } => Some(groups.subtask(key(record, key_scratch))),
         }
     }
 }
 
 impl<T: Data> Collector<T> for RecordWriter<T> {
     fn collect(&mut self, record: T) {
+        self.write(&record)
+    }
+}
+
+impl<T: Data> RecordWriter<T> {
+    fn write(&mut self, record: &T) {
         self.count += 1;
         let (size, each) = (self.buffer_size, self.flush_each_record);
         // The common case, one output and one target: no intermediate copy of the record.
         if let [out] = self.outputs.as_mut_slice()
-            && let Some(sp) = Self::route(&mut out.router, &record, &mut self.key_scratch)
+            && let Some(sp) = Self::route(&mut out.router, record, &mut self.key_scratch)
         {
             let encode = |b: &mut Vec<u8>| record.encode(b);
             write_record(
@@ -306,7 +303,7 @@ impl<T: Data> Collector<T> for RecordWriter<T> {
         self.scratch.clear();
         record.encode(&mut self.scratch);
         for out in &mut self.outputs {
-            let targets = match Self::route(&mut out.router, &record, &mut self.key_scratch) {
+            let targets = match Self::route(&mut out.router, record, &mut self.key_scratch) {
                 Some(sp) => sp..sp + 1,
                 None => match out.router {
                     Router::Broadcast(n) => 0..n,
@@ -331,6 +328,14 @@ impl<T: Data> Collector<T> for RecordWriter<T> {
 }
 
 impl<T: Data> Op<T> for RecordWriter<T> {
+    fn takes_ref(&self) -> bool {
+        true
+    }
+
+    fn collect_ref(&mut self, record: &T) {
+        self.write(record)
+    }
+
     fn finish(&mut self) {}
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
@@ -396,10 +401,7 @@ impl<T: Data> StreamType for TypeOf<T> {
     }
 
     fn input_head(&self, chain: AnyOp, metrics: Arc<TaskMetrics>) -> Result<Box<dyn Head>> {
-        Ok(Box::new(InputHead {
-            chain: downcast::<T>(chain)?,
-            metrics,
-        }))
+        Ok(Box::new(InputHead::new(downcast::<T>(chain)?, metrics)))
     }
 }
 
@@ -420,6 +422,20 @@ pub(crate) trait Head: Send {
 pub(crate) struct InputHead<T> {
     chain: BoxOp<T>,
     metrics: Arc<TaskMetrics>,
+    /// The chain takes borrowed records: each one is decoded into `record`, reusing its buffers.
+    reuse: bool,
+    record: Option<T>,
+}
+
+impl<T: Data> InputHead<T> {
+    fn new(chain: BoxOp<T>, metrics: Arc<TaskMetrics>) -> Self {
+        InputHead {
+            reuse: chain.takes_ref(),
+            chain,
+            metrics,
+            record: None,
+        }
+    }
 }
 
 #[async_trait]
@@ -432,8 +448,18 @@ impl<T: Data> Head for InputHead<T> {
         let mut input = buffer;
         let mut n = 0u64;
         while !input.is_empty() {
-            let record = T::decode(&mut input)?;
-            self.chain.collect(record);
+            if self.reuse {
+                let record = match &mut self.record {
+                    Some(record) => {
+                        record.decode_into(&mut input)?;
+                        record
+                    }
+                    None => self.record.insert(T::decode(&mut input)?),
+                };
+                self.chain.collect_ref(record);
+            } else {
+                self.chain.collect(T::decode(&mut input)?);
+            }
             n += 1;
         }
         self.metrics.add_in(n);
