@@ -664,10 +664,10 @@ impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
 impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
     fn hash_input(&self, node: usize) -> NodeInput {
         let hasher: KeyHasher<T> = match self.key_ref.clone() {
-            Some(key) => Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash_only(key(r), scratch)),
+            Some(key) => Arc::new(move |r: &T| key_hash_only(key(r))),
             None => {
                 let key = self.key.clone();
-                Arc::new(move |r: &T, scratch: &mut Vec<u8>| key_hash_only(&key(r), scratch))
+                Arc::new(move |r: &T| key_hash_only(&key(r)))
             }
         };
         NodeInput {
@@ -791,12 +791,12 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
         }
         let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
         let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            Ok(erase::<(A, N)>(Box::new(StreamingSum::new(
-                key.clone(),
-                key_ref.clone(),
-                ctx.keyed()?,
-                downcast::<(A, N)>(down)?,
-            ))))
+            Ok(erase::<(A, N)>(Box::new(StreamingSum {
+                key: key.clone(),
+                key_ref: key_ref.clone(),
+                state: ctx.keyed()?,
+                down: downcast::<(A, N)>(down)?,
+            })))
         });
         let input = self.hash_input(self.stream.node);
         self.stream

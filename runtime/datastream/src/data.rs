@@ -21,13 +21,79 @@ pub trait Data: Clone + Send + Sync + 'static {
         *self = Self::decode(input)?;
         Ok(())
     }
-    /// FNV-1a over [`Data::encode`]'s bytes, continued from `state`: the stable key hash. Types
-    /// whose encoding is cheap to walk hash it without writing it out; others encode into
-    /// `scratch` first.
-    fn hash_encoded(&self, state: u32, scratch: &mut Vec<u8>) -> u32 {
-        scratch.clear();
-        self.encode(scratch);
-        fnv1a32_from(state, scratch)
+    /// Feeds the value into the stable key hash (the same in every process and build). The
+    /// default hashes the encoded bytes, which allocates; key types on the per-record path
+    /// override it (every type here does).
+    fn stable_hash(&self, h: &mut StableHash) {
+        let mut bytes = Vec::new();
+        self.encode(&mut bytes);
+        h.write_bytes(&bytes);
+    }
+}
+
+/// The stable key hash: a multiply-fold over 64-bit words (as foldhash, with fixed constants), so
+/// a short string costs two multiplications instead of one per byte. Key groups, and so which
+/// subtask owns a key and where its state lives in a checkpoint, follow from it.
+#[derive(Debug, Clone, Copy)]
+pub struct StableHash(u64);
+
+const STABLE_SEED: u64 = 0x243f_6a88_85a3_08d3;
+const STABLE_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+#[inline]
+fn fold_multiply(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl Default for StableHash {
+    fn default() -> Self {
+        StableHash(STABLE_SEED)
+    }
+}
+
+impl StableHash {
+    #[inline]
+    pub fn write_u64(&mut self, v: u64) {
+        self.0 = fold_multiply(self.0 ^ v, STABLE_MUL);
+    }
+
+    /// Bytes as 64-bit little-endian words read in place: whole words, then the last 8 bytes
+    /// (overlapping); shorter inputs as two overlapping 4-byte reads or three single bytes. Every
+    /// byte is read, so inputs of one length hash as distinct words (callers write the length
+    /// first). No copy to a buffer: a store-then-load of a padded tail stalled the CPU.
+    #[inline]
+    pub fn write_bytes(&mut self, bytes: &[u8]) {
+        let len = bytes.len();
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let half = |i: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&bytes[i..i + 4]);
+            u64::from(u32::from_le_bytes(b))
+        };
+        if len >= 8 {
+            let mut i = 0;
+            while i + 8 < len {
+                self.write_u64(word(i));
+                i += 8;
+            }
+            self.write_u64(word(len - 8));
+        } else if len >= 4 {
+            self.write_u64(half(0) | (half(len - 4) << 32));
+        } else if len > 0 {
+            let (a, b, c) = (bytes[0], bytes[len / 2], bytes[len - 1]);
+            self.write_u64(u64::from(a) | (u64::from(b) << 8) | (u64::from(c) << 16));
+        }
+    }
+
+    #[inline]
+    pub fn finish(self) -> u32 {
+        let h = fold_multiply(self.0, STABLE_SEED);
+        (h ^ (h >> 32)) as u32
     }
 }
 
@@ -70,6 +136,9 @@ impl Data for u64 {
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
     }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(*self);
+    }
 }
 
 impl Data for u32 {
@@ -81,6 +150,9 @@ impl Data for u32 {
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
+    }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(u64::from(*self));
     }
 }
 
@@ -95,6 +167,9 @@ impl Data for i64 {
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(itoa::Buffer::new().format(*self).as_bytes());
     }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(*self as u64);
+    }
 }
 
 impl Data for f64 {
@@ -108,6 +183,9 @@ impl Data for f64 {
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         let _ = write!(out, "{self}");
+    }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(self.to_bits());
     }
 }
 
@@ -124,6 +202,9 @@ impl Data for bool {
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         let _ = write!(out, "{self}");
+    }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(u64::from(*self));
     }
 }
 
@@ -147,14 +228,9 @@ impl Data for String {
         self.push_str(text);
         Ok(())
     }
-    fn hash_encoded(&self, mut state: u32, _scratch: &mut Vec<u8>) -> u32 {
-        let mut n = self.len() as u64;
-        while n >= 0x80 {
-            state = fnv1a32_step(state, (n as u8) | 0x80);
-            n >>= 7;
-        }
-        state = fnv1a32_step(state, n as u8);
-        fnv1a32_from(state, self.as_bytes())
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(self.len() as u64);
+        h.write_bytes(self.as_bytes());
     }
 }
 
@@ -182,6 +258,10 @@ impl<T: Data> Data for Vec<T> {
         }
         out.push(b']');
     }
+    fn stable_hash(&self, h: &mut StableHash) {
+        h.write_u64(self.len() as u64);
+        self.iter().for_each(|x| x.stable_hash(h));
+    }
 }
 
 impl<A: Data, B: Data> Data for (A, B) {
@@ -196,9 +276,9 @@ impl<A: Data, B: Data> Data for (A, B) {
         self.0.decode_into(input)?;
         self.1.decode_into(input)
     }
-    fn hash_encoded(&self, state: u32, scratch: &mut Vec<u8>) -> u32 {
-        let state = self.0.hash_encoded(state, scratch);
-        self.1.hash_encoded(state, scratch)
+    fn stable_hash(&self, h: &mut StableHash) {
+        self.0.stable_hash(h);
+        self.1.stable_hash(h);
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         self.0.write_text(out);
@@ -223,38 +303,37 @@ impl<A: Data, B: Data, C: Data> Data for (A, B, C) {
         out.push(b'\t');
         self.2.write_text(out);
     }
-}
-
-const FNV1A32_OFFSET: u32 = 0x811c_9dc5;
-
-#[inline]
-fn fnv1a32_step(h: u32, b: u8) -> u32 {
-    (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-}
-
-/// FNV-1a (32 bit) continued from `state` over more bytes.
-#[inline]
-fn fnv1a32_from(state: u32, bytes: &[u8]) -> u32 {
-    bytes.iter().fold(state, |h, &b| fnv1a32_step(h, b))
+    fn stable_hash(&self, h: &mut StableHash) {
+        self.0.stable_hash(h);
+        self.1.stable_hash(h);
+        self.2.stable_hash(h);
+    }
 }
 
 /// FNV-1a (32 bit) over bytes: the key's "hashCode", identical in every process and build.
 pub fn fnv1a32(bytes: &[u8]) -> u32 {
-    fnv1a32_from(FNV1A32_OFFSET, bytes)
+    let mut h: u32 = 0x811c_9dc5;
+    for &b in bytes {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
 }
 
-/// Stable hash of a key: FNV-1a over its encoded bytes, which are left in `scratch` (state
-/// backends store them as the key).
+/// The stable hash of a key ([`StableHash`]), with the key's encoding left in `scratch` (state
+/// backends store it as the key).
 pub fn key_hash<K: Data>(key: &K, scratch: &mut Vec<u8>) -> u32 {
     scratch.clear();
     key.encode(scratch);
-    fnv1a32(scratch)
+    key_hash_only(key)
 }
 
-/// The same hash as [`key_hash`] where only the hash is needed (routing a record): strings and
-/// tuples of them are hashed without being encoded first.
-pub fn key_hash_only<K: Data>(key: &K, scratch: &mut Vec<u8>) -> u32 {
-    key.hash_encoded(FNV1A32_OFFSET, scratch)
+/// The stable hash of a key where only the hash is needed (routing a record).
+#[inline]
+pub fn key_hash_only<K: Data>(key: &K) -> u32 {
+    let mut h = StableHash::default();
+    key.stable_hash(&mut h);
+    h.finish()
 }
 
 /// Routes key hashes to subtasks as [`key_group_for_hash`] and [`operator_index_for_key_group`]
@@ -405,20 +484,44 @@ mod tests {
     }
 
     #[test]
-    fn key_hash_only_equals_the_hash_of_the_encoding() {
+    fn the_key_hash_is_stable_and_spreads_keys_over_key_groups() {
+        // Fixed values: every process and build must route a key to the same key group, and a
+        // checkpoint keeps state by key group, so a changed hash is a breaking change.
         let mut scratch = Vec::new();
-        for s in ["", "a", "word", &"long".repeat(40), &"y".repeat(20_000)] {
-            let s = s.to_string();
-            assert_eq!(key_hash_only(&s, &mut scratch), key_hash(&s, &mut Vec::new()));
-            let pair = (s.clone(), 77u64);
-            assert_eq!(
-                key_hash_only(&pair, &mut scratch),
-                key_hash(&pair, &mut Vec::new())
-            );
-        }
+        assert_eq!(key_hash(&"word".to_string(), &mut scratch), 741_783_893);
         assert_eq!(
-            key_hash_only(&42u64, &mut scratch),
-            key_hash(&42u64, &mut Vec::new())
+            scratch,
+            vec![4, b'w', b'o', b'r', b'd'],
+            "the encoding is left for state backends"
+        );
+        assert_eq!(key_hash_only(&("a".to_string(), 1u64)), 315_815_429);
+        assert_eq!(key_hash_only(&42u64), 3_418_034_013);
+        assert_ne!(
+            key_hash_only(&"ab".to_string()),
+            key_hash_only(&"ab\0".to_string())
+        );
+        // Every byte counts, whatever the length (the tail is read in overlapping pieces).
+        for len in 1..40 {
+            let base = "k".repeat(len);
+            for i in 0..len {
+                let mut other = base.clone().into_bytes();
+                other[i] = b'j';
+                let other = String::from_utf8(other).expect("ascii");
+                assert_ne!(key_hash_only(&base), key_hash_only(&other), "len {len} byte {i}");
+            }
+        }
+        assert_ne!(
+            key_hash_only(&("a".to_string(), "bc".to_string())),
+            key_hash_only(&("ab".to_string(), "c".to_string()))
+        );
+        let mut per_group = [0u32; 128];
+        for i in 0..12_800 {
+            per_group[key_group_for_hash(key_hash_only(&format!("w{i}")), 128) as usize] += 1;
+        }
+        let (min, max) = (per_group.iter().min().unwrap(), per_group.iter().max().unwrap());
+        assert!(
+            *min > 50 && *max < 150,
+            "100 keys per group expected, got {min}..{max}"
         );
     }
 

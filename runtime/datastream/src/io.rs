@@ -552,6 +552,16 @@ impl<T: Data> Collector<T> for SinkOp<T> {
 }
 
 impl<T: Data> SinkOp<T> {
+    /// A new buffer starts at full size (plus room for the line that crosses the threshold):
+    /// growing it by doubling copied every byte again.
+    fn next_capacity(&self) -> usize {
+        if self.threshold == 0 {
+            0
+        } else {
+            self.threshold + 256
+        }
+    }
+
     fn write(&mut self, record: &T) {
         if !self.prefix.is_empty() {
             self.buffer.extend_from_slice(&self.prefix);
@@ -560,8 +570,7 @@ impl<T: Data> SinkOp<T> {
         self.buffer.push(b'\n');
         self.count += 1;
         if self.threshold > 0 && self.buffer.len() >= self.threshold {
-            // The next buffer starts at full size: growing it by doubling copied every byte again.
-            let next = Vec::with_capacity(self.threshold + 256);
+            let next = Vec::with_capacity(self.next_capacity());
             self.pending.push(Chunk {
                 target: Target::Sink,
                 subpartition: 0,
@@ -572,11 +581,11 @@ impl<T: Data> SinkOp<T> {
 }
 
 impl<T: Data> Op<T> for SinkOp<T> {
-    fn takes_ref(&self) -> bool {
+    fn takes_reused(&self) -> bool {
         true
     }
 
-    fn collect_ref(&mut self, record: &T) {
+    fn collect_reused(&mut self, record: &mut T) {
         self.write(record)
     }
 
@@ -584,10 +593,11 @@ impl<T: Data> Op<T> for SinkOp<T> {
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         if (flush || self.threshold == 0) && !self.buffer.is_empty() {
+            let next = Vec::with_capacity(self.next_capacity());
             self.pending.push(Chunk {
                 target: Target::Sink,
                 subpartition: 0,
-                bytes: Bytes::from(std::mem::take(&mut self.buffer)),
+                bytes: Bytes::from(std::mem::replace(&mut self.buffer, next)),
             });
         }
         out.append(&mut self.pending);
@@ -600,7 +610,7 @@ impl<T: Data> Op<T> for SinkOp<T> {
 pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
     Box::new(SinkOp::<T> {
         prefix,
-        buffer: Vec::new(),
+        buffer: Vec::with_capacity(if threshold == 0 { 0 } else { threshold + 256 }),
         threshold,
         pending: Vec::new(),
         count: 0,

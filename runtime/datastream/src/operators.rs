@@ -45,14 +45,17 @@ pub(crate) struct Chunk {
 
 /// One link of an operator chain.
 pub(crate) trait Op<T>: Collector<T> {
-    /// Whether this link works on borrowed records ([`Op::collect_ref`]) without copying them; the
-    /// input side of a task then decodes every record into one reused value instead of allocating
-    /// one per record (Flink's object reuse, kept safe by lending the record only for the call).
-    fn takes_ref(&self) -> bool {
+    /// Whether this link works on a record it is lent ([`Op::collect_reused`]) without copying it;
+    /// the input side of a task then decodes every record into one reused value instead of
+    /// allocating one per record (Flink's object reuse, kept safe by lending the record only for
+    /// the call).
+    fn takes_reused(&self) -> bool {
         false
     }
-    /// A borrowed record: links that keep or hand on owned records copy it.
-    fn collect_ref(&mut self, record: &T)
+    /// A lent record: the link may change it (a keyed sum puts its running total in) and hand it
+    /// on; its owner decodes the next record into it afterwards. Links that keep or hand on owned
+    /// records copy it.
+    fn collect_reused(&mut self, record: &mut T)
     where
         T: Clone,
     {
@@ -189,12 +192,12 @@ impl<T: Data> Collector<T> for CountIn<T> {
 }
 
 impl<T: Data> Op<T> for CountIn<T> {
-    fn takes_ref(&self) -> bool {
-        self.down.takes_ref()
+    fn takes_reused(&self) -> bool {
+        self.down.takes_reused()
     }
-    fn collect_ref(&mut self, record: &T) {
+    fn collect_reused(&mut self, record: &mut T) {
         self.count += 1;
-        self.down.collect_ref(record);
+        self.down.collect_reused(record);
     }
     fn finish(&mut self) {
         self.down.finish()
@@ -238,12 +241,12 @@ impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Collector<T> for Filter
 }
 
 impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Op<T> for FilterOp<T, F> {
-    fn takes_ref(&self) -> bool {
-        self.down.takes_ref()
+    fn takes_reused(&self) -> bool {
+        self.down.takes_reused()
     }
-    fn collect_ref(&mut self, record: &T) {
+    fn collect_reused(&mut self, record: &mut T) {
         if (self.f)(record) {
-            self.down.collect_ref(record)
+            self.down.collect_reused(record)
         }
     }
     forward_control!();
@@ -332,26 +335,6 @@ pub(crate) struct StreamingSum<A, N, K> {
     pub key_ref: Option<KeyRefFn<(A, N), K>>,
     pub state: Keyed<K, N>,
     pub down: BoxOp<(A, N)>,
-    /// The record handed on by reference when the input is borrowed and `down` takes references:
-    /// its first field is overwritten in place, so a running count costs no allocation.
-    pub out: Option<(A, N)>,
-}
-
-impl<A: Data, N: Data, K> StreamingSum<A, N, K> {
-    pub(crate) fn new(
-        key: KeyFn<(A, N), K>,
-        key_ref: Option<KeyRefFn<(A, N), K>>,
-        state: Keyed<K, N>,
-        down: BoxOp<(A, N)>,
-    ) -> Self {
-        StreamingSum {
-            key,
-            key_ref,
-            state,
-            down,
-            out: None,
-        }
-    }
 }
 
 impl<A, N, K> Collector<(A, N)> for StreamingSum<A, N, K>
@@ -385,10 +368,10 @@ where
     N: Data + std::ops::Add<Output = N>,
     K: Data + Hash + Eq,
 {
-    fn takes_ref(&self) -> bool {
-        self.key_ref.is_some() && self.state.is_heap() && self.down.takes_ref()
+    fn takes_reused(&self) -> bool {
+        self.key_ref.is_some() && self.state.is_heap() && self.down.takes_reused()
     }
-    fn collect_ref(&mut self, record: &(A, N)) {
+    fn collect_reused(&mut self, record: &mut (A, N)) {
         let slot = self
             .key_ref
             .as_ref()
@@ -397,16 +380,8 @@ where
             // A key seen for the first time (or no borrowed key): the owned path inserts it.
             return self.collect(record.clone());
         };
-        let total = fold_into(slot, record.1.clone(), |a, b| a + b).clone();
-        let out = match &mut self.out {
-            Some(out) => {
-                out.0.clone_from(&record.0);
-                out.1 = total;
-                out
-            }
-            None => self.out.insert((record.0.clone(), total)),
-        };
-        self.down.collect_ref(out);
+        record.1 = fold_into(slot, record.1.clone(), |a, b| a + b).clone();
+        self.down.collect_reused(record);
     }
     fn finish(&mut self) {
         self.down.finish()

@@ -87,7 +87,7 @@ impl std::fmt::Debug for TaskContext {
 }
 
 /// Hash of a record's key (a key selector followed by the stable key hash).
-pub(crate) type KeyHasher<T> = Arc<dyn Fn(&T, &mut Vec<u8>) -> u32 + Send + Sync>;
+pub(crate) type KeyHasher<T> = Arc<dyn Fn(&T) -> u32 + Send + Sync>;
 
 /// How one output of a vertex routes records (from the JobGraph edge).
 #[derive(Clone)]
@@ -127,7 +127,6 @@ struct OutputState<T> {
 pub(crate) struct RecordWriter<T> {
     outputs: Vec<OutputState<T>>,
     scratch: Vec<u8>,
-    key_scratch: Vec<u8>,
     pending: Vec<Chunk>,
     buffer_size: usize,
     flush_each_record: bool,
@@ -211,7 +210,6 @@ impl<T: Data> RecordWriter<T> {
         Ok(RecordWriter {
             outputs,
             scratch: Vec::new(),
-            key_scratch: Vec::new(),
             pending: Vec::new(),
             buffer_size: buffer_size.max(1),
             flush_each_record,
@@ -220,6 +218,9 @@ impl<T: Data> RecordWriter<T> {
         })
     }
 }
+
+/// Bytes a shuffle buffer is allocated with beyond its size, for the one record that overflows it.
+const RECORD_OVERFLOW_ROOM: usize = 1024;
 
 /// Writes one record into a subpartition's buffer with `write` and ships full buffers to `pending`.
 /// A record that overflows a non-empty buffer moves to the start of the next one, so every shipped
@@ -243,7 +244,9 @@ fn write_record(
     };
     let buf = &mut buffers[subpartition as usize];
     if buf.capacity() == 0 {
-        buf.reserve(size);
+        // Room for the record that overflows a full buffer before it moves to the next one:
+        // without it nearly every buffer was reallocated (and copied) to twice its size.
+        buf.reserve(size + RECORD_OVERFLOW_ROOM);
     }
     let start = buf.len();
     write(buf);
@@ -260,7 +263,7 @@ fn write_record(
 
 impl<T: Data> RecordWriter<T> {
     /// The one subpartition a record goes to, for every router but broadcast.
-    fn route(router: &mut Router<T>, record: &T, key_scratch: &mut Vec<u8>) -> Option<u32> {
+    fn route(router: &mut Router<T>, record: &T) -> Option<u32> {
         match router {
             Router::Fixed(sp) => Some(*sp),
             Router::RoundRobin { next, start, len } => {
@@ -269,7 +272,7 @@ impl<T: Data> RecordWriter<T> {
                 Some(sp)
             }
             Router::Broadcast(_) => None,
-            Router::Hash { key, groups } => Some(groups.subtask(key(record, key_scratch))),
+            Router::Hash { key, groups } => Some(groups.subtask(key(record))),
         }
     }
 }
@@ -286,7 +289,7 @@ impl<T: Data> RecordWriter<T> {
         let (size, each) = (self.buffer_size, self.flush_each_record);
         // The common case, one output and one target: no intermediate copy of the record.
         if let [out] = self.outputs.as_mut_slice()
-            && let Some(sp) = Self::route(&mut out.router, record, &mut self.key_scratch)
+            && let Some(sp) = Self::route(&mut out.router, record)
         {
             let encode = |b: &mut Vec<u8>| record.encode(b);
             write_record(
@@ -303,7 +306,7 @@ impl<T: Data> RecordWriter<T> {
         self.scratch.clear();
         record.encode(&mut self.scratch);
         for out in &mut self.outputs {
-            let targets = match Self::route(&mut out.router, record, &mut self.key_scratch) {
+            let targets = match Self::route(&mut out.router, record) {
                 Some(sp) => sp..sp + 1,
                 None => match out.router {
                     Router::Broadcast(n) => 0..n,
@@ -328,11 +331,11 @@ impl<T: Data> RecordWriter<T> {
 }
 
 impl<T: Data> Op<T> for RecordWriter<T> {
-    fn takes_ref(&self) -> bool {
+    fn takes_reused(&self) -> bool {
         true
     }
 
-    fn collect_ref(&mut self, record: &T) {
+    fn collect_reused(&mut self, record: &mut T) {
         self.write(record)
     }
 
@@ -430,7 +433,7 @@ pub(crate) struct InputHead<T> {
 impl<T: Data> InputHead<T> {
     fn new(chain: BoxOp<T>, metrics: Arc<TaskMetrics>) -> Self {
         InputHead {
-            reuse: chain.takes_ref(),
+            reuse: chain.takes_reused(),
             chain,
             metrics,
             record: None,
@@ -456,7 +459,7 @@ impl<T: Data> Head for InputHead<T> {
                     }
                     None => self.record.insert(T::decode(&mut input)?),
                 };
-                self.chain.collect_ref(record);
+                self.chain.collect_reused(record);
             } else {
                 self.chain.collect(T::decode(&mut input)?);
             }
