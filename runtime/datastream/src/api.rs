@@ -19,7 +19,8 @@ use crate::io::{
 };
 use crate::operators::{
     AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, KeyRefFn, MapOp, OpContext,
-    OpFactory, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSum, downcast, erase,
+    OpFactory, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
+    SumGrouper, downcast, erase,
 };
 use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
 
@@ -663,11 +664,20 @@ impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
 
 impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
     fn hash_input(&self, node: usize) -> NodeInput {
-        let hasher: KeyHasher<T> = match self.key_ref.clone() {
-            Some(key) => Arc::new(move |r: &T| key_hash_only(key(r))),
+        self.hash_input_via(node, |r: &T| r)
+    }
+
+    /// A hash edge from `node`, whose records (of type `U`) each carry a `T` the key is taken from.
+    fn hash_input_via<U, P>(&self, node: usize, record: P) -> NodeInput
+    where
+        U: Data,
+        P: Fn(&U) -> &T + Send + Sync + 'static,
+    {
+        let hasher: KeyHasher<U> = match self.key_ref.clone() {
+            Some(key) => Arc::new(move |u: &U| key_hash_only(key(record(u)))),
             None => {
                 let key = self.key.clone();
-                Arc::new(move |r: &T| key_hash_only(&key(r)))
+                Arc::new(move |u: &U| key_hash_only(&key(record(u))))
             }
         };
         NodeInput {
@@ -785,20 +795,39 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 
 impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<(A, N), K> {
     /// Sums the second field per key, keeping the first (Flink's `sum(1)` on a `Tuple2`).
+    /// STREAMING: the updated sum for every record, computed as local-global aggregation (records of
+    /// one key are grouped per input batch before the exchange, see `SumGrouper`). BATCH: a
+    /// combiner before the exchange, then one result per key.
     pub fn sum(&self) -> DataStream<(A, N)> {
         if self.stream.mode() == RuntimeMode::Batch {
             return self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1));
         }
         let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
+        let (gk, gkr) = (key.clone(), key_ref.clone());
+        let group: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+            Ok(erase::<(A, N)>(Box::new(SumGrouper::new(
+                gk.clone(),
+                gkr.clone(),
+                downcast::<SumGroup<A, N>>(down)?,
+            ))))
+        });
+        let input = NodeInput {
+            node: self.stream.node,
+            partitioner: None,
+            key: None,
+        };
+        let grouped: DataStream<SumGroup<A, N>> =
+            self.stream
+                .add_operator("localsum", "LocalSum", Par::SameAsInput, input, group);
         let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            Ok(erase::<(A, N)>(Box::new(StreamingSum {
+            Ok(erase::<SumGroup<A, N>>(Box::new(StreamingSumGroups {
                 key: key.clone(),
                 key_ref: key_ref.clone(),
                 state: ctx.keyed()?,
                 down: downcast::<(A, N)>(down)?,
             })))
         });
-        let input = self.hash_input(self.stream.node);
+        let input = self.hash_input_via(grouped.node, |g: &SumGroup<A, N>| &g.0);
         self.stream
             .add_operator("reduce", "Sum", Par::Default, input, factory)
     }

@@ -283,10 +283,6 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
         }
     }
 
-    pub(crate) fn is_heap(&self) -> bool {
-        matches!(self, Keyed::Heap { .. })
-    }
-
     /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
     pub(crate) fn heap_slot<Q>(&mut self, key: &Q) -> Option<&mut Option<V>>
     where

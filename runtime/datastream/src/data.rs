@@ -21,6 +21,14 @@ pub trait Data: Clone + Send + Sync + 'static {
         *self = Self::decode(input)?;
         Ok(())
     }
+    /// Whether two values are the same value (their encodings are equal). The default compares
+    /// encodings, which allocates; every type here compares directly.
+    fn data_eq(&self, other: &Self) -> bool {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        self.encode(&mut a);
+        other.encode(&mut b);
+        a == b
+    }
     /// Feeds the value into the stable key hash (the same in every process and build). The
     /// default hashes the encoded bytes, which allocates; key types on the per-record path
     /// override it (every type here does).
@@ -139,6 +147,9 @@ impl Data for u64 {
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(*self);
     }
+    fn data_eq(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Data for u32 {
@@ -153,6 +164,9 @@ impl Data for u32 {
     }
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(u64::from(*self));
+    }
+    fn data_eq(&self, other: &Self) -> bool {
+        self == other
     }
 }
 
@@ -170,6 +184,9 @@ impl Data for i64 {
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(*self as u64);
     }
+    fn data_eq(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Data for f64 {
@@ -186,6 +203,9 @@ impl Data for f64 {
     }
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(self.to_bits());
+    }
+    fn data_eq(&self, other: &Self) -> bool {
+        self.to_bits() == other.to_bits()
     }
 }
 
@@ -205,6 +225,9 @@ impl Data for bool {
     }
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(u64::from(*self));
+    }
+    fn data_eq(&self, other: &Self) -> bool {
+        self == other
     }
 }
 
@@ -232,6 +255,9 @@ impl Data for String {
         h.write_u64(self.len() as u64);
         h.write_bytes(self.as_bytes());
     }
+    fn data_eq(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl<T: Data> Data for Vec<T> {
@@ -248,6 +274,15 @@ impl<T: Data> Data for Vec<T> {
         }
         Ok(v)
     }
+    fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
+        let n = usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))?;
+        self.clear();
+        self.reserve(n.min(input.len()));
+        for _ in 0..n {
+            self.push(T::decode(input)?);
+        }
+        Ok(())
+    }
     fn write_text(&self, out: &mut Vec<u8>) {
         out.push(b'[');
         for (i, x) in self.iter().enumerate() {
@@ -261,6 +296,9 @@ impl<T: Data> Data for Vec<T> {
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(self.len() as u64);
         self.iter().for_each(|x| x.stable_hash(h));
+    }
+    fn data_eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| a.data_eq(b))
     }
 }
 
@@ -285,6 +323,9 @@ impl<A: Data, B: Data> Data for (A, B) {
         out.push(b'\t');
         self.1.write_text(out);
     }
+    fn data_eq(&self, other: &Self) -> bool {
+        self.0.data_eq(&other.0) && self.1.data_eq(&other.1)
+    }
 }
 
 impl<A: Data, B: Data, C: Data> Data for (A, B, C) {
@@ -307,6 +348,9 @@ impl<A: Data, B: Data, C: Data> Data for (A, B, C) {
         self.0.stable_hash(h);
         self.1.stable_hash(h);
         self.2.stable_hash(h);
+    }
+    fn data_eq(&self, other: &Self) -> bool {
+        self.0.data_eq(&other.0) && self.1.data_eq(&other.1) && self.2.data_eq(&other.2)
     }
 }
 

@@ -327,61 +327,176 @@ where
     keyed_checkpoint!();
 }
 
-/// STREAMING keyed sum of `(A, N)` records: state is only the running sum per key, and the emitted
-/// record reuses the input's first field, so no record is cloned (a generic reduce must clone the
-/// whole value it keeps and emits).
-pub(crate) struct StreamingSum<A, N, K> {
+/// The records of one key from one batch of a producer's input, in arrival order: the first record
+/// and the values that followed it. What a STREAMING sum's exchange carries ([`SumGrouper`]).
+pub(crate) type SumGroup<A, N> = ((A, N), Vec<N>);
+
+/// Records a [`SumGrouper`] holds at most before it hands its groups on.
+pub(crate) const GROUPER_MAX_RECORDS: usize = 1 << 16;
+
+/// STREAMING keyed sum, producer side: local-global aggregation that keeps every update. The
+/// records of one batch of input (a source's batch, or one input buffer) are grouped by key, in
+/// arrival order per key, and each key crosses the exchange once per batch with its values;
+/// [`StreamingSumGroups`] looks the key up once and emits the updated total for every value. The
+/// output is the updates a per-record sum emits, record for record; only updates of *different*
+/// keys from one batch of one producer come out grouped by key rather than interleaved. A record
+/// whose first field differs from its key's group (a key selector that is not the whole first
+/// field) ends the batch there, so every update still carries its own record's first field (when
+/// the key *is* the first field, `key_by_ref(|r| &r.0)`, equal keys mean equal first fields).
+/// Groups go on at every drain (after each batch, so always before a checkpoint barrier, which
+/// follows a full flush) and whenever [`GROUPER_MAX_RECORDS`] are held. The map starts afresh
+/// each batch: small, so it stays in cache.
+pub(crate) struct SumGrouper<A, N, K> {
+    pub key: KeyFn<(A, N), K>,
+    pub key_ref: Option<KeyRefFn<(A, N), K>>,
+    /// Key -> position in `groups`.
+    pub index: KeyMap<K, usize>,
+    /// This batch's groups, in the order their keys first came.
+    pub groups: Vec<SumGroup<A, N>>,
+    pub held: usize,
+    pub down: BoxOp<SumGroup<A, N>>,
+}
+
+impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
+    pub(crate) fn new(
+        key: KeyFn<(A, N), K>,
+        key_ref: Option<KeyRefFn<(A, N), K>>,
+        down: BoxOp<SumGroup<A, N>>,
+    ) -> Self {
+        SumGrouper {
+            key,
+            key_ref,
+            index: KeyMap::default(),
+            groups: Vec::new(),
+            held: 0,
+            down,
+        }
+    }
+
+    fn emit(&mut self) {
+        self.index.clear();
+        self.held = 0;
+        let reuse = self.down.takes_reused();
+        for mut group in self.groups.drain(..) {
+            if reuse {
+                self.down.collect_reused(&mut group);
+            } else {
+                self.down.collect(group);
+            }
+        }
+    }
+
+    fn open_group(&mut self, record: (A, N)) {
+        self.index.insert((self.key)(&record), self.groups.len());
+        self.groups.push((record, Vec::new()));
+    }
+}
+
+impl<A: Data, N: Data, K: Data + Hash + Eq> Collector<(A, N)> for SumGrouper<A, N, K> {
+    fn collect(&mut self, record: (A, N)) {
+        let (found, key_is_first) = match &self.key_ref {
+            Some(k) => {
+                let key = k(&record);
+                // `key_by_ref(|r| &r.0)`: equal keys are equal first fields, no second comparison.
+                let is_first = std::any::TypeId::of::<K>() == std::any::TypeId::of::<A>()
+                    && std::ptr::addr_eq(key as *const K, &record.0 as *const A);
+                (self.index.get(key).copied(), is_first)
+            }
+            None => (self.index.get(&(self.key)(&record)).copied(), false),
+        };
+        match found {
+            Some(i) if key_is_first || self.groups[i].0.0.data_eq(&record.0) => {
+                self.groups[i].1.push(record.1)
+            }
+            Some(_) => {
+                // Same key, another first field: the updates keep their order if the batch
+                // ends here.
+                self.emit();
+                self.open_group(record);
+            }
+            None => self.open_group(record),
+        }
+        self.held += 1;
+        if self.held >= GROUPER_MAX_RECORDS {
+            self.emit();
+        }
+    }
+}
+
+impl<A: Data, N: Data, K: Data + Hash + Eq> Op<(A, N)> for SumGrouper<A, N, K> {
+    fn finish(&mut self) {
+        self.emit();
+        self.down.finish()
+    }
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.emit();
+        self.down.drain(flush, out)
+    }
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        // The task drains the chain before it takes a snapshot; records held here at a barrier
+        // would be counted in the wrong checkpoint.
+        if !self.groups.is_empty() {
+            return Err(Error::Graph(format!(
+                "checkpoint {checkpoint}: {} records still grouped at the barrier",
+                self.held
+            )));
+        }
+        self.down.snapshot(checkpoint, out)
+    }
+    fn failure(&mut self) -> Option<String> {
+        self.down.failure()
+    }
+}
+
+/// STREAMING keyed sum, consumer side of [`SumGrouper`]: one state lookup per group, then the
+/// updated total for each value in order, handed on in the group's first record.
+pub(crate) struct StreamingSumGroups<A, N, K> {
     pub key: KeyFn<(A, N), K>,
     pub key_ref: Option<KeyRefFn<(A, N), K>>,
     pub state: Keyed<K, N>,
     pub down: BoxOp<(A, N)>,
 }
 
-impl<A, N, K> Collector<(A, N)> for StreamingSum<A, N, K>
+impl<A, N, K> Collector<SumGroup<A, N>> for StreamingSumGroups<A, N, K>
 where
     A: Data,
     N: Data + std::ops::Add<Output = N>,
     K: Data + Hash + Eq,
 {
-    fn collect(&mut self, record: (A, N)) {
-        if let Some(slot) = self
-            .key_ref
-            .as_ref()
-            .and_then(|k| self.state.heap_slot(k(&record)))
-        {
-            let (first, n) = record;
-            let total = fold_into(slot, n, |a, b| a + b).clone();
-            self.down.collect((first, total));
-            return;
-        }
-        let key = (self.key)(&record);
-        let (first, n) = record;
-        if let Some(total) = self.state.fold(key, n, |a, b| a + b) {
-            self.down.collect((first, total.clone()));
-        }
+    fn collect(&mut self, mut group: SumGroup<A, N>) {
+        self.collect_reused(&mut group)
     }
 }
 
-impl<A, N, K> Op<(A, N)> for StreamingSum<A, N, K>
+impl<A, N, K> Op<SumGroup<A, N>> for StreamingSumGroups<A, N, K>
 where
     A: Data,
     N: Data + std::ops::Add<Output = N>,
     K: Data + Hash + Eq,
 {
     fn takes_reused(&self) -> bool {
-        self.key_ref.is_some() && self.state.is_heap() && self.down.takes_reused()
+        true
     }
-    fn collect_reused(&mut self, record: &mut (A, N)) {
-        let slot = self
-            .key_ref
-            .as_ref()
-            .and_then(|k| self.state.heap_slot(k(record)));
-        let Some(slot) = slot else {
-            // A key seen for the first time (or no borrowed key): the owned path inserts it.
-            return self.collect(record.clone());
-        };
-        record.1 = fold_into(slot, record.1.clone(), |a, b| a + b).clone();
-        self.down.collect_reused(record);
+    fn collect_reused(&mut self, group: &mut SumGroup<A, N>) {
+        let (first, rest) = (&mut group.0, &group.1);
+        let values = std::iter::once(first.1.clone()).chain(rest.iter().cloned());
+        let slot = self.key_ref.as_ref().and_then(|k| self.state.heap_slot(k(first)));
+        if let Some(slot) = slot {
+            for n in values {
+                first.1 = fold_into(slot, n, |a, b| a + b).clone();
+                self.down.collect_reused(first);
+            }
+            return;
+        }
+        // A new key, no borrowed key, or a byte-level backend: fold value by value.
+        let key = (self.key)(first);
+        for n in values {
+            match self.state.fold(key.clone(), n, |a, b| a + b) {
+                Some(total) => first.1 = total.clone(),
+                None => return, // a backend failure, reported at the task's next step
+            }
+            self.down.collect_reused(first);
+        }
     }
     fn finish(&mut self) {
         self.down.finish()
@@ -623,6 +738,76 @@ pub(crate) mod tests {
         fn finish(&mut self) {}
         fn drain(&mut self, _: bool, _: &mut Vec<Chunk>) {}
         tail_checkpoint!();
+    }
+
+    #[test]
+    fn grouped_streaming_sum_emits_every_running_total_in_arrival_order() {
+        let out: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
+        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0.clone());
+        let key_ref: KeyRefFn<(String, u64), String> = Arc::new(|r: &(String, u64)| &r.0);
+        let sum = StreamingSumGroups {
+            key: key.clone(),
+            key_ref: Some(key_ref.clone()),
+            state: Keyed::new(None, 0..128, 128).expect("heap state"),
+            down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
+        };
+        let mut grouper = SumGrouper::new(key, Some(key_ref), Box::new(sum) as BoxOp<SumGroup<String, u64>>);
+        // Two batches; values differ so the order of updates per key shows.
+        let batches: [&[(&str, u64)]; 2] = [
+            &[("a", 5), ("b", 1), ("a", 2), ("c", 4), ("a", 7)],
+            &[("b", 3), ("a", 1)],
+        ];
+        let mut expected: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut totals: HashMap<String, u64> = HashMap::new();
+        for batch in batches {
+            for &(w, n) in batch {
+                grouper.collect((w.to_string(), n));
+                let t = totals.entry(w.to_string()).or_default();
+                *t += n;
+                expected.entry(w.to_string()).or_default().push(*t);
+            }
+            let mut snapshot = ChainSnapshot {
+                checkpoint: 1,
+                keyed: None,
+                source: None,
+                sink: None,
+            };
+            let held = grouper
+                .snapshot(1, &mut snapshot)
+                .expect_err("records held at a barrier");
+            assert!(held.to_string().contains("still grouped"), "{held}");
+            grouper.drain(false, &mut Vec::new());
+        }
+        grouper.finish();
+        let mut got: HashMap<String, Vec<u64>> = HashMap::new();
+        for (w, t) in out.lock().expect("lock").iter() {
+            got.entry(w.clone()).or_default().push(*t);
+        }
+        assert_eq!(got, expected, "one update per record, per key in arrival order");
+        assert_eq!(out.lock().expect("lock").len(), 7);
+    }
+
+    #[test]
+    fn grouped_streaming_sum_keeps_each_records_first_field_when_the_key_is_not_it() {
+        let out: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
+        // Keyed by the first letter: records of one key carry different first fields.
+        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0[..1].to_string());
+        let sum = StreamingSumGroups {
+            key: key.clone(),
+            key_ref: None,
+            state: Keyed::new(None, 0..128, 128).expect("heap state"),
+            down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
+        };
+        let mut grouper = SumGrouper::new(key, None, Box::new(sum) as BoxOp<SumGroup<String, u64>>);
+        for (w, n) in [("ab", 1u64), ("ab", 1), ("ac", 2), ("x", 5), ("ab", 3)] {
+            grouper.collect((w.to_string(), n));
+        }
+        grouper.finish();
+        let got = out.lock().expect("lock").clone();
+        let a: Vec<(String, u64)> = got.iter().filter(|r| r.0.starts_with('a')).cloned().collect();
+        let expected = [("ab", 1), ("ab", 2), ("ac", 4), ("ab", 7)].map(|(w, t)| (w.to_string(), t));
+        assert_eq!(a, expected, "every update carries its own record, in order");
+        assert_eq!(got.len(), 5);
     }
 
     #[test]

@@ -233,7 +233,7 @@ fn wordcount_graph_is_chained_as_in_flink() {
         (
             "STREAMING",
             ResultPartitionType::PipelinedBounded,
-            "Source: Text -> Tokenizer",
+            "Source: Text -> Tokenizer -> LocalSum",
         ),
     ] {
         let job = wordcount_job(&dir, &dir, mode, 4);
