@@ -5,6 +5,8 @@
 //! line: every running count of every word exactly once (no duplicate, no loss). For the in-memory and
 //! the RocksDB state backend, with the checkpoints on `file://` and on `s3://` (a local moto server;
 //! reported as ignored with `SKIPPED` where `moto_server` is missing, unless `FLOE_REQUIRE_MOTO` is set).
+//! The `_grouped_sum` cases run the job with `sum`, whose records are grouped by key per batch before
+//! the exchange: the barrier must still split the input exactly.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -51,8 +53,13 @@ fn expected_lines() -> Vec<(String, u64)> {
     lines
 }
 
-fn recover(backend: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), Failed> {
-    let name = format!("recover-{backend}-{}", if s3.is_some() { "s3" } else { "file" });
+/// `aggregate`: the keyed aggregation, `reduce` (per record) or `sum` (records grouped by key per
+/// batch before the exchange, every update still emitted).
+fn recover(backend: &str, aggregate: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), Failed> {
+    let name = format!(
+        "recover-{backend}-{aggregate}-{}",
+        if s3.is_some() { "s3" } else { "file" }
+    );
     let dir = scratch(&name);
     let spec = ClusterSpec {
         exe: FLOE.into(),
@@ -86,6 +93,8 @@ fn recover(backend: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), 
         &RATE.to_string(),
         "--seed",
         &SEED.to_string(),
+        "--aggregate",
+        aggregate,
     ]
     .map(String::from)
     .to_vec();
@@ -173,14 +182,26 @@ fn main() {
     for backend in ["hashmap", "rocksdb"] {
         trials.push(Trial::test(format!("{backend}_file_storage"), move || {
             let storage = format!("file://{}", scratch(&format!("storage-{backend}")).display());
-            recover(backend, &storage, None)
+            recover(backend, "reduce", &storage, None)
         }));
+        trials.push(Trial::test(
+            format!("{backend}_file_storage_grouped_sum"),
+            move || {
+                let storage = format!("file://{}", scratch(&format!("storage-{backend}-sum")).display());
+                recover(backend, "sum", &storage, None)
+            },
+        ));
         let test = format!("{backend}_s3_storage");
         match &moto {
             Some(server) => {
                 let server: Arc<MotoServer> = server.clone();
                 trials.push(Trial::test(test, move || {
-                    recover(backend, &server.url(&format!("jobs-{backend}")), Some(&server))
+                    recover(
+                        backend,
+                        "reduce",
+                        &server.url(&format!("jobs-{backend}")),
+                        Some(&server),
+                    )
                 }));
             }
             None => trials.push(Trial::test(test, || Ok(())).with_ignored_flag(true)),

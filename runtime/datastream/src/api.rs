@@ -804,11 +804,12 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
         }
         let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
         let (gk, gkr) = (key.clone(), key_ref.clone());
-        let group: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
+        let group: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
             Ok(erase::<(A, N)>(Box::new(SumGrouper::new(
                 gk.clone(),
                 gkr.clone(),
                 downcast::<SumGroup<A, N>>(down)?,
+                ctx.metrics.clone(),
             ))))
         });
         let input = NodeInput {
@@ -825,6 +826,8 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
                 key_ref: key_ref.clone(),
                 state: ctx.keyed()?,
                 down: downcast::<(A, N)>(down)?,
+                grouped: 0,
+                metrics: ctx.metrics.clone(),
             })))
         });
         let input = self.hash_input_via(grouped.node, |g: &SumGroup<A, N>| &g.0);

@@ -169,10 +169,12 @@ pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Resul
 ///
 /// `--output PATH [--records N (lines; 0 = unbounded; default 100000)] [--rate LINES_PER_S]
 /// [--seed S] [--source-parallelism P] [--map-parallelism P] [--reduce-parallelism P]
-/// [--sink-delay-us D (a deliberately slow sink)]`; output lines `word<TAB>count`.
+/// [--sink-delay-us D (a deliberately slow sink)] [--aggregate reduce|sum (default reduce)]`;
+/// output lines `word<TAB>count`.
 pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
-    const KNOWN: [&str; 8] = [
+    const KNOWN: [&str; 9] = [
         "output",
+        "aggregate",
         "records",
         "rate",
         "seed",
@@ -225,11 +227,19 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
         .uid("map")
         .set_parallelism(mp)
         .start_new_chain();
-    let reduced = words
-        .key_by(|p: &(String, u64)| p.0.clone())
-        .reduce(|a, b| (a.0, a.1 + b.1))
-        .set_parallelism(rp)
-        .name("Reduce");
+    let keyed = words.key_by(|p: &(String, u64)| p.0.clone());
+    let reduced = match a.get("aggregate").map(String::as_str) {
+        None | Some("reduce") => keyed.reduce(|a, b| (a.0, a.1 + b.1)),
+        Some("sum") => keyed.sum(),
+        Some(other) => {
+            return Err(Error::argument(
+                "--aggregate",
+                format!("expected reduce or sum, got {other:?}"),
+            ));
+        }
+    }
+    .set_parallelism(rp)
+    .name("Reduce");
     let slowed = if delay.is_zero() {
         reduced
     } else {

@@ -345,7 +345,8 @@ pub(crate) const GROUPER_MAX_RECORDS: usize = 1 << 16;
 /// the key *is* the first field, `key_by_ref(|r| &r.0)`, equal keys mean equal first fields).
 /// Groups go on at every drain (after each batch, so always before a checkpoint barrier, which
 /// follows a full flush) and whenever [`GROUPER_MAX_RECORDS`] are held. The map starts afresh
-/// each batch: small, so it stays in cache.
+/// each batch: small, so it stays in cache (an index kept across batches, which saves the inserts,
+/// measured slower: its entries and groups no longer fit in the cache).
 pub(crate) struct SumGrouper<A, N, K> {
     pub key: KeyFn<(A, N), K>,
     pub key_ref: Option<KeyRefFn<(A, N), K>>,
@@ -355,6 +356,10 @@ pub(crate) struct SumGrouper<A, N, K> {
     pub groups: Vec<SumGroup<A, N>>,
     pub held: usize,
     pub down: BoxOp<SumGroup<A, N>>,
+    /// Records beyond the first of each group sent: the task's writer counts a group as one
+    /// record, so these are added to keep "records out" a count of records.
+    pub grouped: u64,
+    pub metrics: Arc<crate::task::TaskMetrics>,
 }
 
 impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
@@ -362,6 +367,7 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
         key: KeyFn<(A, N), K>,
         key_ref: Option<KeyRefFn<(A, N), K>>,
         down: BoxOp<SumGroup<A, N>>,
+        metrics: Arc<crate::task::TaskMetrics>,
     ) -> Self {
         SumGrouper {
             key,
@@ -370,6 +376,8 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
             groups: Vec::new(),
             held: 0,
             down,
+            grouped: 0,
+            metrics,
         }
     }
 
@@ -378,6 +386,7 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
         self.held = 0;
         let reuse = self.down.takes_reused();
         for mut group in self.groups.drain(..) {
+            self.grouped += group.1.len() as u64;
             if reuse {
                 self.down.collect_reused(&mut group);
             } else {
@@ -430,6 +439,7 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> Op<(A, N)> for SumGrouper<A, N, K> {
     }
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.emit();
+        self.metrics.add_out(std::mem::take(&mut self.grouped));
         self.down.drain(flush, out)
     }
     fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
@@ -455,6 +465,9 @@ pub(crate) struct StreamingSumGroups<A, N, K> {
     pub key_ref: Option<KeyRefFn<(A, N), K>>,
     pub state: Keyed<K, N>,
     pub down: BoxOp<(A, N)>,
+    /// Records beyond the first of each group received (the task counts a group as one record in).
+    pub grouped: u64,
+    pub metrics: Arc<crate::task::TaskMetrics>,
 }
 
 impl<A, N, K> Collector<SumGroup<A, N>> for StreamingSumGroups<A, N, K>
@@ -479,6 +492,7 @@ where
     }
     fn collect_reused(&mut self, group: &mut SumGroup<A, N>) {
         let (first, rest) = (&mut group.0, &group.1);
+        self.grouped += rest.len() as u64;
         let values = std::iter::once(first.1.clone()).chain(rest.iter().cloned());
         let slot = self.key_ref.as_ref().and_then(|k| self.state.heap_slot(k(first)));
         if let Some(slot) = slot {
@@ -502,6 +516,7 @@ where
         self.down.finish()
     }
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.metrics.add_in(std::mem::take(&mut self.grouped));
         self.down.drain(flush, out)
     }
     keyed_checkpoint!();
@@ -750,8 +765,15 @@ pub(crate) mod tests {
             key_ref: Some(key_ref.clone()),
             state: Keyed::new(None, 0..128, 128).expect("heap state"),
             down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
+            grouped: 0,
+            metrics: Arc::default(),
         };
-        let mut grouper = SumGrouper::new(key, Some(key_ref), Box::new(sum) as BoxOp<SumGroup<String, u64>>);
+        let mut grouper = SumGrouper::new(
+            key,
+            Some(key_ref),
+            Box::new(sum) as BoxOp<SumGroup<String, u64>>,
+            Arc::default(),
+        );
         // Two batches; values differ so the order of updates per key shows.
         let batches: [&[(&str, u64)]; 2] = [
             &[("a", 5), ("b", 1), ("a", 2), ("c", 4), ("a", 7)],
@@ -797,8 +819,15 @@ pub(crate) mod tests {
             key_ref: None,
             state: Keyed::new(None, 0..128, 128).expect("heap state"),
             down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
+            grouped: 0,
+            metrics: Arc::default(),
         };
-        let mut grouper = SumGrouper::new(key, None, Box::new(sum) as BoxOp<SumGroup<String, u64>>);
+        let mut grouper = SumGrouper::new(
+            key,
+            None,
+            Box::new(sum) as BoxOp<SumGroup<String, u64>>,
+            Arc::default(),
+        );
         for (w, n) in [("ab", 1u64), ("ab", 1), ("ac", 2), ("x", 5), ("ab", 3)] {
             grouper.collect((w.to_string(), n));
         }
