@@ -331,8 +331,9 @@ where
 /// and the values that followed it. What a STREAMING sum's exchange carries ([`SumGrouper`]).
 pub(crate) type SumGroup<A, N> = ((A, N), Vec<N>);
 
-/// Records a [`SumGrouper`] holds at most before it hands its groups on.
-pub(crate) const GROUPER_MAX_RECORDS: usize = 1 << 16;
+/// Records a [`SumGrouper`] holds at most before it hands its groups on (its values take 8 bytes
+/// each for `u64` sums). WordCount on 200 MiB: 2^14 was 7% slower than 2^18, 2^20 no faster.
+pub(crate) const GROUPER_MAX_RECORDS: usize = 1 << 18;
 
 /// STREAMING keyed sum, producer side: local-global aggregation that keeps every update. The
 /// records of one batch of input (a source's batch, or one input buffer) are grouped by key, in
