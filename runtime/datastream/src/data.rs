@@ -237,9 +237,9 @@ impl Data for String {
         out.extend_from_slice(self.as_bytes());
     }
     fn decode(input: &mut &[u8]) -> Result<Self> {
-        let n = usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))?;
-        let bytes = take(input, n)?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| Error::Decode(e.to_string()))
+        let mut text = String::new();
+        text.decode_into(input)?;
+        Ok(text)
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
@@ -266,17 +266,14 @@ impl<T: Data> Data for Vec<T> {
         self.iter().for_each(|x| x.encode(out));
     }
     fn decode(input: &mut &[u8]) -> Result<Self> {
-        let n = usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))?;
-        // Each element takes at least one byte: do not trust a corrupt length for the allocation.
-        let mut v = Vec::with_capacity(n.min(input.len()));
-        for _ in 0..n {
-            v.push(T::decode(input)?);
-        }
+        let mut v = Vec::new();
+        v.decode_into(input)?;
         Ok(v)
     }
     fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
         let n = usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))?;
         self.clear();
+        // Each element takes at least one byte: do not trust a corrupt length for the allocation.
         self.reserve(n.min(input.len()));
         for _ in 0..n {
             self.push(T::decode(input)?);

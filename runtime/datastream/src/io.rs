@@ -608,15 +608,17 @@ impl<T: Data> Op<T> for SinkOp<T> {
 }
 
 pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
-    Box::new(SinkOp::<T> {
+    let mut op = SinkOp::<T> {
         prefix,
-        buffer: Vec::with_capacity(if threshold == 0 { 0 } else { threshold + 256 }),
+        buffer: Vec::new(),
         threshold,
         pending: Vec::new(),
         count: 0,
         metrics,
         _t: std::marker::PhantomData,
-    })
+    };
+    op.buffer.reserve(op.next_capacity());
+    Box::new(op)
 }
 
 /// The asynchronous end of a sink: the writer and committer of the unified sink model (seed 000).

@@ -756,25 +756,34 @@ pub(crate) mod tests {
         tail_checkpoint!();
     }
 
-    #[test]
-    fn grouped_streaming_sum_emits_every_running_total_in_arrival_order() {
-        let out: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
-        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0.clone());
-        let key_ref: KeyRefFn<(String, u64), String> = Arc::new(|r: &(String, u64)| &r.0);
+    /// A grouped streaming sum (producer and consumer sides chained) whose updates land in `out`.
+    fn grouped_sum(
+        key: KeyFn<(String, u64), String>,
+        key_ref: Option<KeyRefFn<(String, u64), String>>,
+        out: &Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    ) -> SumGrouper<String, u64, String> {
         let sum = StreamingSumGroups {
             key: key.clone(),
-            key_ref: Some(key_ref.clone()),
+            key_ref: key_ref.clone(),
             state: Keyed::new(None, 0..128, 128).expect("heap state"),
             down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
             grouped: 0,
             metrics: Arc::default(),
         };
-        let mut grouper = SumGrouper::new(
+        SumGrouper::new(
             key,
-            Some(key_ref),
+            key_ref,
             Box::new(sum) as BoxOp<SumGroup<String, u64>>,
             Arc::default(),
-        );
+        )
+    }
+
+    #[test]
+    fn grouped_streaming_sum_emits_every_running_total_in_arrival_order() {
+        let out: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
+        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0.clone());
+        let key_ref: KeyRefFn<(String, u64), String> = Arc::new(|r: &(String, u64)| &r.0);
+        let mut grouper = grouped_sum(key, Some(key_ref), &out);
         // Two batches; values differ so the order of updates per key shows.
         let batches: [&[(&str, u64)]; 2] = [
             &[("a", 5), ("b", 1), ("a", 2), ("c", 4), ("a", 7)],
@@ -815,20 +824,7 @@ pub(crate) mod tests {
         let out: Arc<std::sync::Mutex<Vec<(String, u64)>>> = Arc::default();
         // Keyed by the first letter: records of one key carry different first fields.
         let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0[..1].to_string());
-        let sum = StreamingSumGroups {
-            key: key.clone(),
-            key_ref: None,
-            state: Keyed::new(None, 0..128, 128).expect("heap state"),
-            down: Box::new(VecSink(out.clone())) as BoxOp<(String, u64)>,
-            grouped: 0,
-            metrics: Arc::default(),
-        };
-        let mut grouper = SumGrouper::new(
-            key,
-            None,
-            Box::new(sum) as BoxOp<SumGroup<String, u64>>,
-            Arc::default(),
-        );
+        let mut grouper = grouped_sum(key, None, &out);
         for (w, n) in [("ab", 1u64), ("ab", 1), ("ac", 2), ("x", 5), ("ab", 3)] {
             grouper.collect((w.to_string(), n));
         }
