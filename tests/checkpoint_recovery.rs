@@ -6,7 +6,9 @@
 //! the RocksDB state backend, with the checkpoints on `file://` and on `s3://` (a local moto server;
 //! reported as ignored with `SKIPPED` where `moto_server` is missing, unless `FLOE_REQUIRE_MOTO` is set).
 //! The `_grouped_sum` cases run the job with `sum`, whose records are grouped by key per batch before
-//! the exchange: the barrier must still split the input exactly.
+//! the exchange: the barrier must still split the input exactly. `taskmanager_restarted_under_its_id`
+//! kills the only TaskManager and starts a new process under its id at once (a container restart):
+//! the JobManager must treat the new registration as the loss of the old process.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -53,17 +55,34 @@ fn expected_lines() -> Vec<(String, u64)> {
     lines
 }
 
+/// How the TaskManager running `reduce#0` goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL: its heartbeats stop.
+    Kill,
+    /// SIGKILL and a new process under the same id at once (a pod's container restarting): its
+    /// heartbeats go on, from a process that runs none of its tasks. Issue 11, scenario 3: the
+    /// only TaskManager, so no other task fails to reveal the loss.
+    RestartUnderSameId,
+}
+
 /// `aggregate`: the keyed aggregation, `reduce` (per record) or `sum` (records grouped by key per
 /// batch before the exchange, every update still emitted).
-fn recover(backend: &str, aggregate: &str, storage: &str, s3: Option<&MotoServer>) -> Result<(), Failed> {
+fn recover(
+    backend: &str,
+    aggregate: &str,
+    storage: &str,
+    s3: Option<&MotoServer>,
+    fault: Fault,
+) -> Result<(), Failed> {
     let name = format!(
-        "recover-{backend}-{aggregate}-{}",
+        "recover-{backend}-{aggregate}-{}-{fault:?}",
         if s3.is_some() { "s3" } else { "file" }
     );
     let dir = scratch(&name);
     let spec = ClusterSpec {
         exe: FLOE.into(),
-        taskmanagers: 3,
+        taskmanagers: if fault == Fault::Kill { 3 } else { 1 },
         slots: 2,
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(2),
@@ -126,6 +145,23 @@ fn recover(backend: &str, aggregate: &str, storage: &str, s3: Option<&MotoServer
         .status()
         .unwrap();
     assert!(killed.success());
+    let _restarted = (fault == Fault::RestartUnderSameId).then(|| {
+        let child = std::process::Command::new(FLOE)
+            .args([
+                "taskmanager",
+                "--jobmanager",
+                &cluster.rpc_address,
+                "--slots",
+                "2",
+                "--id",
+            ])
+            .arg(&victim)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        KillOnDrop(child)
+    });
 
     let end = wait_for("the job to end", Duration::from_secs(120), || {
         let j = get(&cluster, &format!("/jobs/{id}"));
@@ -158,6 +194,9 @@ fn recover(backend: &str, aggregate: &str, storage: &str, s3: Option<&MotoServer
         )
         .into());
     }
+    if let Some(dir) = storage.strip_prefix("file://") {
+        covered_by_the_last_checkpoint(std::path::Path::new(dir), &id, &out)?;
+    }
     let after = get(&cluster, &format!("/jobs/{id}/checkpoints"));
     let restored = after["latest"]["restored"]["id"].as_u64();
     assert!(
@@ -175,6 +214,67 @@ fn recover(backend: &str, aggregate: &str, storage: &str, s3: Option<&MotoServer
     Ok(())
 }
 
+/// Issue 11, scenario 7 (Flink's final checkpoint): every part a sink committed is covered by the
+/// job's last completed checkpoint (numbered below the `next_part` its sink state records), so no
+/// output was committed outside a checkpoint at end of input, where a later restore of an earlier
+/// checkpoint would have to retract it.
+fn covered_by_the_last_checkpoint(
+    storage: &std::path::Path,
+    job_id: &str,
+    out: &std::path::Path,
+) -> Result<(), Failed> {
+    let dir = storage.join("checkpoints").join(job_id);
+    let last = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let n: u64 = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            e.path().join("_metadata").exists().then_some(n)
+        })
+        .max()
+        .expect("a completed checkpoint");
+    let bytes = std::fs::read(dir.join(format!("chk-{last}/_metadata"))).unwrap();
+    // The 17-byte FLOE1 envelope header, then JSON.
+    let metadata: Value = serde_json::from_slice(&bytes[17..]).unwrap();
+    let mut next_part: BTreeMap<String, u64> = BTreeMap::new();
+    for (task, snapshot) in metadata["tasks"].as_object().unwrap() {
+        if let Some(sink) = snapshot["sink"].as_str() {
+            let state: Value = serde_json::from_str(sink).unwrap();
+            let subtask = task.rsplit('#').next().unwrap().to_string();
+            next_part.insert(subtask, state["next_part"].as_u64().unwrap());
+        }
+    }
+    for entry in std::fs::read_dir(out).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("part-") else {
+            continue;
+        };
+        let mut fields = rest.split('-');
+        let (subtask, n) = (
+            fields.next().unwrap(),
+            fields.next().unwrap().parse::<u64>().unwrap(),
+        );
+        let covered = next_part.get(subtask).is_some_and(|next| n < *next);
+        if !covered {
+            return Err(format!(
+                "{name} was committed outside a checkpoint: the last one ({last}) records next parts {next_part:?}"
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// A child process killed on drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn main() {
     let args = Arguments::from_args();
     let moto = MotoServer::for_tests("checkpoint recovery on s3://", "floe-checkpoints");
@@ -182,13 +282,13 @@ fn main() {
     for backend in ["hashmap", "rocksdb"] {
         trials.push(Trial::test(format!("{backend}_file_storage"), move || {
             let storage = format!("file://{}", scratch(&format!("storage-{backend}")).display());
-            recover(backend, "reduce", &storage, None)
+            recover(backend, "reduce", &storage, None, Fault::Kill)
         }));
         trials.push(Trial::test(
             format!("{backend}_file_storage_grouped_sum"),
             move || {
                 let storage = format!("file://{}", scratch(&format!("storage-{backend}-sum")).display());
-                recover(backend, "sum", &storage, None)
+                recover(backend, "sum", &storage, None, Fault::Kill)
             },
         ));
         let test = format!("{backend}_s3_storage");
@@ -201,11 +301,16 @@ fn main() {
                         "reduce",
                         &server.url(&format!("jobs-{backend}")),
                         Some(&server),
+                        Fault::Kill,
                     )
                 }));
             }
             None => trials.push(Trial::test(test, || Ok(())).with_ignored_flag(true)),
         }
     }
+    trials.push(Trial::test("taskmanager_restarted_under_its_id", || {
+        let storage = format!("file://{}", scratch("storage-restart-same-id").display());
+        recover("hashmap", "reduce", &storage, None, Fault::RestartUnderSameId)
+    }));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -558,3 +558,107 @@ fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Checkpoint ids the operation log records as completed, over every epoch so far.
+fn logged_checkpoints(job_dir: &Path) -> Vec<u64> {
+    let mut epochs: Vec<u64> = std::fs::read_dir(job_dir.join("oplog"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_str()?.parse().ok())
+        .collect();
+    epochs.sort_unstable();
+    epochs
+        .into_iter()
+        .flat_map(|epoch| epoch_events(job_dir, epoch))
+        .filter(|e| e["event"] == "checkpoint_completed")
+        .filter_map(|e| e["checkpoint"].as_u64())
+        .collect()
+}
+
+/// Issue 11, scenario 2: a fenced JobManager of a streaming job that stays RUNNING (no status
+/// change to log) stops at its next refused append, the completion of its next checkpoint, instead
+/// of going on; and the checkpoint metadata it wrote before that refused append is never restored.
+#[test]
+fn a_fenced_jobmanager_stops_at_its_next_checkpoint_whose_metadata_is_never_restored() {
+    let dir = common::scratch("fence-streaming");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"100000000\", \"--rate\", \"2000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 1 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n",
+            dir.join("out").display(),
+            dir.join("storage").display()
+        ),
+    )
+    .unwrap();
+    let job_dir = dir.join("storage/default/pipeline");
+    let (mut a, rpc_a, rest_a) = jobmanager(&manifest, &dir.join("jm-a.log"));
+    let _tm = taskmanager(&rpc_a, 1);
+    let job = wait_job(&rest_a, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    let id = job["jid"].as_str().unwrap().to_string();
+    let checkpoints = format!("/jobs/{id}/checkpoints");
+    let started = Instant::now();
+    while common::http("GET", &rest_a, &checkpoints).1["counts"]["completed"]
+        .as_u64()
+        .unwrap_or(0)
+        < 2
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no checkpoint completed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // B takes epoch 2 (it has no TaskManager: its job waits for slots). A's tasks go on
+    // checkpointing; A's next CheckpointCompleted append is refused, and A must stop there.
+    let (_b, _, _) = jobmanager(&manifest, &dir.join("jm-b.log"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = a.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the fenced JobManager of a RUNNING job did not stop at its next checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(dir.join("jm-a.log")).unwrap();
+    assert!(log.contains("JobManager of epoch 1 was fenced"), "{log}");
+
+    // A wrote the metadata of a checkpoint the log does not record (its append was refused).
+    let logged = logged_checkpoints(&job_dir);
+    let newest_logged = *logged.iter().max().unwrap();
+    let written: Vec<u64> = std::fs::read_dir(job_dir.join(format!("checkpoints/{id}")))
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let n = e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok()?;
+            e.path().join("_metadata").exists().then_some(n)
+        })
+        .collect();
+    let unvouched = written.iter().copied().filter(|n| !logged.contains(n)).max();
+    assert!(
+        unvouched.is_some_and(|n| n > newest_logged),
+        "A's last checkpoint has metadata but no log entry: written {written:?}, logged {logged:?}"
+    );
+
+    // A third JobManager restores the newest checkpoint the log vouches for, not A's.
+    let (_c, _, rest_c) = jobmanager(&manifest, &dir.join("jm-c.log"));
+    let started = Instant::now();
+    let restored = loop {
+        if let Some((200, c)) = common::try_http("GET", &rest_c, &checkpoints)
+            && let Some(r) = c["latest"]["restored"]["id"].as_u64()
+        {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the third JobManager restored nothing"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(restored, newest_logged, "unvouched {unvouched:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,6 +3,7 @@
 //! `floe.proto` first.
 
 pub mod convert;
+pub mod fencing;
 
 #[allow(missing_debug_implementations, clippy::all, clippy::unwrap_used)] // generated code
 pub mod v1 {

@@ -4,8 +4,9 @@
 //! `checkpoints/{job-id}/chk-{n}/_metadata` under the job storage.
 //!
 //! Read [`CheckpointCoordinator`] first. It has no I/O and no clock (times are arguments), like the
-//! scheduling core. Not wired into the JobManager and tasks yet: barriers, alignment and state
-//! backends come next.
+//! scheduling core. Checkpoints go on after some tasks finished (Flink's FLIP-147): a finished
+//! task is not asked again, its last snapshot is carried into every later checkpoint, so a restore
+//! gives it back its end state (a finished source restores at its end and reads nothing).
 
 pub mod store;
 
@@ -133,22 +134,58 @@ impl CheckpointCoordinator {
 
     /// Starts the next checkpoint, unless one is still pending.
     pub fn trigger(&mut self, now_ms: u64) -> Option<Trigger> {
+        self.trigger_with_finished(now_ms, BTreeMap::new())
+    }
+
+    /// Starts the next checkpoint of a job some of whose tasks finished, with the snapshot each
+    /// finished task ended with: they are not asked (their snapshots are carried into this one),
+    /// and barriers go to the sources still running. `None` while one is pending or when no source
+    /// runs.
+    pub fn trigger_with_finished(
+        &mut self,
+        now_ms: u64,
+        finished: BTreeMap<TaskName, TaskSnapshot>,
+    ) -> Option<Trigger> {
         if self.pending.is_some() {
+            return None;
+        }
+        let sources: Vec<TaskName> = self
+            .sources
+            .iter()
+            .filter(|s| !finished.contains_key(*s))
+            .cloned()
+            .collect();
+        if sources.is_empty() {
             return None;
         }
         let id = self.next_id;
         self.next_id += 1;
+        let waiting = self
+            .tasks
+            .iter()
+            .filter(|t| !finished.contains_key(*t))
+            .cloned()
+            .collect();
         self.pending = Some(Pending {
             id,
             triggered_ms: now_ms,
-            waiting: self.tasks.clone(),
-            acked: BTreeMap::new(),
+            waiting,
+            acked: finished,
         });
         Some(Trigger {
             id,
             timestamp_ms: now_ms,
-            sources: self.sources.clone(),
+            sources,
         })
+    }
+
+    /// `task` finished while a checkpoint is pending: its barrier will never come (its inputs
+    /// ended), so `end_state`, the snapshot it ended with, stands for its acknowledgement.
+    pub fn task_finished(&mut self, task: &str, end_state: TaskSnapshot, now_ms: u64) -> Acked {
+        match self.pending.as_ref().map(|p| p.id) {
+            Some(id) => self.acknowledge(id, task, end_state, now_ms),
+            None => Acked::Ignored,
+        }
     }
 
     /// A task snapshotted its state for checkpoint `id`.
@@ -258,6 +295,46 @@ mod tests {
             assert_eq!(subsumed, if id == 2 { vec![] } else { vec![id - 2] });
         }
         assert_eq!(c.retained(), [3, 4]);
+    }
+
+    /// Issue 11, scenario 7 (FLIP-147): checkpoints go on after a task finished; its end state is
+    /// carried into them.
+    #[test]
+    fn checkpoints_go_on_with_finished_tasks_carrying_their_end_state() {
+        let mut c = coordinator();
+        let end = TaskSnapshot {
+            position: Some("end".into()),
+            ..snap(5)
+        };
+        let finished = BTreeMap::from([("source#0".to_string(), end.clone())]);
+        let t = c.trigger_with_finished(0, finished).unwrap();
+        assert_eq!(
+            t.sources,
+            vec!["source#1".to_string()],
+            "barriers only where sources run"
+        );
+        assert_eq!(
+            c.acknowledge(t.id, "source#1", snap(1), 1),
+            Acked::Pending { waiting_for: 1 }
+        );
+        // count#0 finishes before the barrier reaches it: its end state acknowledges it.
+        let Acked::Complete(done) = c.task_finished("count#0", snap(9), 2) else {
+            panic!("complete")
+        };
+        assert_eq!(done.tasks.len(), 3);
+        assert_eq!(done.tasks["source#0"], end, "carried over");
+        assert_eq!(done.tasks["count#0"], snap(9));
+        // Every source finished: nothing to trigger.
+        let all = BTreeMap::from([
+            ("source#0".to_string(), end.clone()),
+            ("source#1".to_string(), end),
+        ]);
+        assert_eq!(c.trigger_with_finished(3, all), None);
+        assert_eq!(
+            c.task_finished("count#0", snap(1), 4),
+            Acked::Ignored,
+            "nothing pending"
+        );
     }
 
     #[test]

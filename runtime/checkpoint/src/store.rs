@@ -64,24 +64,18 @@ impl CheckpointStore {
         Ok(checkpoint)
     }
 
-    /// Checkpoint ids that have a directory, newest first.
-    async fn ids(&self, job_id: &str) -> Result<Vec<u64>> {
-        let mut ids: Vec<u64> = self
-            .store
-            .list(&format!("checkpoints/{job_id}"))
-            .await?
-            .iter()
-            .filter_map(|n| n.trim_end_matches('/').strip_prefix("chk-")?.parse().ok())
-            .collect();
+    /// The newest checkpoint to restore from among `vouched`: the checkpoints the operation log
+    /// records as completed. Metadata the log does not vouch for is never restored (a JobManager
+    /// fenced after writing `_metadata` but before its log append was refused wrote it). A vouched
+    /// checkpoint whose metadata is missing or damaged is passed over and named in
+    /// [`Latest::skipped`]; an error only when checkpoints are vouched for and none reads back
+    /// (starting empty would lose the job's state).
+    pub async fn latest(&self, job_id: &str, vouched: &[u64]) -> Result<Latest> {
+        let mut ids = vouched.to_vec();
         ids.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(ids)
-    }
-
-    /// The newest checkpoint to restore from, passing over ones that never completed or whose
-    /// metadata is damaged. An error only when checkpoints exist and none reads back.
-    pub async fn latest(&self, job_id: &str) -> Result<Latest> {
+        ids.dedup();
         let mut skipped = Vec::new();
-        for id in self.ids(job_id).await? {
+        for id in ids {
             match self.load(job_id, id).await {
                 Ok(checkpoint) => {
                     for e in &skipped {
@@ -92,8 +86,6 @@ impl CheckpointStore {
                         skipped,
                     });
                 }
-                // Never completed (no metadata): not a candidate, not a problem.
-                Err(Error::Storage(floe_storage::Error::NotFound { .. })) => {}
                 Err(e) => skipped.push(e),
             }
         }
@@ -103,6 +95,19 @@ impl CheckpointStore {
                 checkpoint: None,
                 skipped: Vec::new(),
             }),
+        }
+    }
+
+    /// Claims checkpoint id `id` for the JobManager `holder` before its barriers go out: `false` when
+    /// another JobManager claimed it first. A JobManager that took over and a fenced one that has
+    /// not noticed yet count checkpoint ids independently; the claim (a conditional create) keeps
+    /// them from ever using the same id, so no two lineages write into one `chk-{id}`.
+    pub async fn claim(&self, job_id: &str, id: u64, holder: &str) -> Result<bool> {
+        let path = format!("{}/_claim", dir(job_id, id));
+        match self.store.create(&path, holder.as_bytes().to_vec()).await {
+            Ok(()) => Ok(true),
+            Err(floe_storage::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -149,28 +154,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_latest_readable_checkpoint_is_restored_and_damage_is_named() {
+    async fn the_latest_vouched_readable_checkpoint_is_restored_and_damage_is_named() {
         let (checkpoints, objects, dir) = store("latest");
-        assert!(checkpoints.latest("job1").await.unwrap().checkpoint.is_none());
-        for id in 1..=3 {
+        assert!(
+            checkpoints
+                .latest("job1", &[])
+                .await
+                .unwrap()
+                .checkpoint
+                .is_none()
+        );
+        for id in 1..=4 {
             checkpoints.write(&checkpoint(id)).await.unwrap();
         }
         // Written once: a second write of the same checkpoint is refused.
         assert!(checkpoints.write(&checkpoint(3)).await.is_err());
-        // Checkpoint 4 started but never completed: no metadata.
+        // 4's metadata was written, but the log never recorded it complete (its JobManager was
+        // fenced before the append): never restored. 5 started but never completed.
         objects
-            .put("checkpoints/job1/chk-4/count-0.state", "partial")
+            .put("checkpoints/job1/chk-5/count-0.state", "partial")
             .await
             .unwrap();
-        let latest = checkpoints.latest("job1").await.unwrap();
+        let vouched = [1, 2, 3];
+        let latest = checkpoints.latest("job1", &vouched).await.unwrap();
         assert_eq!(latest.checkpoint, Some(checkpoint(3)));
         assert!(latest.skipped.is_empty());
+        assert!(
+            checkpoints
+                .latest("job1", &[])
+                .await
+                .unwrap()
+                .checkpoint
+                .is_none()
+        );
 
         // Truncate 3's metadata: 2 is restored, and the damage is reported naming the object.
         let meta = "checkpoints/job1/chk-3/_metadata";
         let whole = objects.get(meta).await.unwrap();
         objects.put(meta, whole.slice(..whole.len() - 5)).await.unwrap();
-        let latest = checkpoints.latest("job1").await.unwrap();
+        let latest = checkpoints.latest("job1", &vouched).await.unwrap();
         assert_eq!(latest.checkpoint.map(|c| c.id), Some(2));
         let e = latest.skipped[0].to_string();
         assert!(
@@ -188,10 +210,27 @@ mod tests {
             Err(Error::Storage(floe_storage::Error::NotFound { .. }))
         ));
 
-        // Nothing readable left: an error naming the damaged object rather than a silent fresh start.
+        // Nothing vouched for reads back: an error naming the damaged object rather than a silent
+        // fresh start (4 is readable but was never vouched for).
         checkpoints.delete("job1", 2).await.unwrap();
-        let e = checkpoints.latest("job1").await.unwrap_err().to_string();
+        let e = checkpoints
+            .latest("job1", &vouched)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("chk-3/_metadata") && e.contains("corrupt"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_id_is_claimed_by_one_jobmanager_only() {
+        let (checkpoints, _, dir) = store("claim");
+        assert!(checkpoints.claim("job1", 7, "epoch 2").await.unwrap());
+        assert!(
+            !checkpoints.claim("job1", 7, "epoch 1").await.unwrap(),
+            "a fenced JobManager counting on its own never reuses the id"
+        );
+        assert!(checkpoints.claim("job1", 8, "epoch 1").await.unwrap());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -57,8 +57,12 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
     };
     floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
     let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone());
+    // Any refused log write (a status change, a finished execution, a completed checkpoint) stops
+    // this JobManager at once: a newer one leads the job.
+    let fenced = jm.clone();
     tokio::select! {
         served = jm.serve() => Ok(served?),
         fenced = recorder => Err(fenced.into()),
+        why = fenced.fenced() => Err(anyhow::anyhow!(why)),
     }
 }

@@ -595,9 +595,10 @@ impl<T: Data> DataStream<T> {
     /// One part file per subtask under `url` (a directory): written as
     /// `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` when the subtask finishes.
     /// With checkpointing (STREAMING and `execution.checkpointing.interval`) it is exactly-once: a
-    /// part file per subtask and checkpoint, `.part-{subtask}-{n}.inprogress` until the checkpoint
-    /// that covers it completes, then `part-{subtask}-{n}`; a restore removes what the restored
-    /// checkpoint does not cover. Lines are the records' text form (tuples TAB-separated).
+    /// part file per subtask and checkpoint, `.part-{subtask}-{n}-{writer}.inprogress` until the
+    /// checkpoint that covers it completes, then `part-{subtask}-{n}-{writer}` (`{writer}` is unique
+    /// per attempt, so two attempts never touch each other's files); a restore removes what the
+    /// restored checkpoint does not cover. Lines are the records' text form (tuples TAB-separated).
     pub fn sink_to_file(&self, url: &str) -> DataStreamSink {
         let url = url.to_string();
         let factory: SinkFactory = Arc::new(move |ctx: &OpContext, metrics: Arc<TaskMetrics>| {

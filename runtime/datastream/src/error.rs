@@ -63,6 +63,15 @@ impl Error {
         }
     }
 
+    /// The input partition this task could not read, when that is why it failed: failover must
+    /// produce it again.
+    pub fn unavailable_partition(&self) -> Option<&floe_shuffle::ResultPartitionId> {
+        match self {
+            Error::Shuffle(e) => e.unavailable_partition(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn argument(argument: &str, message: impl Into<String>) -> Self {
         Error::Argument {
             argument: argument.to_string(),

@@ -95,7 +95,7 @@ pub(crate) fn downcast<T: Data>(op: AnyOp) -> Result<BoxOp<T>> {
 pub(crate) struct OpContext {
     pub subtask: u32,
     pub parallelism: u32,
-    pub attempt: u32,
+    pub attempt: u64,
     pub configuration: std::collections::BTreeMap<String, String>,
     /// The task's counters (sources count the records they read as records in).
     pub metrics: Arc<crate::task::TaskMetrics>,

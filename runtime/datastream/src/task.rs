@@ -48,7 +48,7 @@ impl TaskMetrics {
 pub struct TaskContext {
     pub subtask: u32,
     pub parallelism: u32,
-    pub attempt: u32,
+    pub attempt: u64,
     /// One gate per vertex input, in JobGraph input order.
     pub inputs: Vec<Box<dyn InputGate>>,
     /// One writer per vertex output, in JobGraph output order; `num_subpartitions` = consumer
@@ -629,6 +629,33 @@ impl Running {
         Ok(())
     }
 
+    /// A checkpointing source at the end of its input (Flink's final checkpoint, FLIP-147): it
+    /// does not finish until a checkpoint taken at its end completed, so everything downstream of
+    /// it, up to the sinks' last commit, is covered by a checkpoint, and a failover after it
+    /// restores this source at its end instead of replaying committed output.
+    async fn final_checkpoint(&mut self) -> Result<()> {
+        if self.checkpoints.control.is_none() {
+            return Ok(());
+        }
+        let mut taken: Option<u64> = None;
+        loop {
+            match self.checkpoints.recv().await {
+                Control::Trigger(id) => {
+                    self.checkpoint(id).await?;
+                    taken = Some(id);
+                }
+                Control::Complete(id) => {
+                    if let Some(sink) = self.sink.as_mut() {
+                        sink.commit(id).await?;
+                    }
+                    if taken.is_some_and(|t| id >= t) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     async fn control(&mut self, control: Control, is_source: bool) -> Result<()> {
         match control {
             Control::Trigger(id) if is_source => self.checkpoint(id).await,
@@ -668,6 +695,7 @@ impl Task {
         };
         let mut last_flush = Instant::now();
         let due = |last: Instant| flush_interval.is_some_and(|t| last.elapsed() >= t);
+        let is_source = input.is_none();
         match input {
             None => loop {
                 while let Some(control) = task.checkpoints.try_recv() {
@@ -725,6 +753,9 @@ impl Task {
         }
         task.head.finish();
         task.flush(true).await?;
+        if is_source {
+            task.final_checkpoint().await?;
+        }
         let Running { outputs, sink, .. } = task;
         let mut stats = Vec::with_capacity(outputs.len());
         for w in outputs {

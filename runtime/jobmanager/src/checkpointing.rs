@@ -20,18 +20,21 @@ fn checkpoint_store(conf: &std::collections::BTreeMap<String, String>) -> Result
 }
 
 impl JobManager {
-    /// A checkpointing job waits for this: the newest readable checkpoint of its id in the job
-    /// storage (a JobManager that took over resumes from it), then it may start.
+    /// A checkpointing job waits for this: the newest readable checkpoint among those the
+    /// operation log vouches for (a JobManager that took over resumes from it), then it may start.
     pub(crate) fn resume_checkpoints(&self, job_id: &str) {
-        let conf = match self.state().jobs.get(job_id) {
-            Some(job) if job.master.checkpoints.is_some() => job.master.args.configuration.clone(),
+        let (conf, vouched) = match self.state().jobs.get(job_id) {
+            Some(job) if job.master.checkpoints.is_some() => (
+                job.master.args.configuration.clone(),
+                job.master.vouched_checkpoints.clone(),
+            ),
             _ => return,
         };
         let this = self.clone();
         let job_id = job_id.to_string();
         tokio::spawn(async move {
             let latest = match checkpoint_store(&conf) {
-                Ok(store) => store.latest(&job_id).await.map_err(|e| e.to_string()),
+                Ok(store) => store.latest(&job_id, &vouched).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e),
             };
             {
@@ -63,40 +66,76 @@ impl JobManager {
         });
     }
 
-    /// Sends the barriers of every checkpoint that is due.
+    /// Sends the barriers of every checkpoint that is due, once its id is claimed in the job
+    /// storage (a stopped JobManager triggers nothing).
     pub(crate) fn trigger_checkpoints(&self) {
+        if self.fatal().is_some() {
+            return;
+        }
         let now = now_ms();
-        let triggers: Vec<(u64, Vec<(String, AttemptId)>)> = self
+        type Trigger = (String, u64, Vec<(String, AttemptId)>, Option<CheckpointStore>);
+        let triggers: Vec<Trigger> = self
             .state()
             .jobs
             .values_mut()
-            .filter_map(|job| job.master.trigger_checkpoint(now))
+            .filter_map(|job| {
+                let (checkpoint, sources) = job.master.trigger_checkpoint(now)?;
+                let store = checkpoint_store(&job.master.args.configuration).ok();
+                Some((job.master.id.clone(), checkpoint, sources, store))
+            })
             .collect();
-        for (checkpoint, sources) in triggers {
-            for (address, id) in sources {
-                let this = self.clone();
-                tokio::spawn(async move {
-                    let request = pb::TriggerCheckpointRequest {
-                        id: Some(attempt_to_proto(&id)),
-                        checkpoint,
-                    };
-                    let sent = match this.client(&address).await {
-                        Ok(mut c) => c
-                            .trigger_checkpoint(request)
-                            .await
-                            .map(|_| ())
-                            .map_err(|s| s.to_string()),
-                        Err(e) => Err(e),
-                    };
-                    if let Err(e) = sent
-                        && let Some(job) = this.state().jobs.get_mut(&id.job_id)
-                    {
-                        job.master
-                            .decline_checkpoint(&id, checkpoint, &format!("trigger failed: {e}"));
+        let holder = format!("leader epoch {}", self.leader_epoch());
+        for (job_id, checkpoint, sources, store) in triggers {
+            let this = self.clone();
+            let holder = holder.clone();
+            tokio::spawn(async move {
+                let claimed = match &store {
+                    Some(store) => store
+                        .claim(&job_id, checkpoint, &holder)
+                        .await
+                        .map_err(|e| format!("cannot claim its id: {e}")),
+                    None => Ok(true),
+                };
+                let refused = match claimed {
+                    Ok(true) => None,
+                    Ok(false) => Some("its id was claimed by another JobManager".to_string()),
+                    Err(e) => Some(e),
+                };
+                if let Some(why) = refused {
+                    if let Some(job) = this.state().jobs.get_mut(&job_id) {
+                        job.master.abort_checkpoint(checkpoint, &why);
                     }
-                });
-            }
+                    return;
+                }
+                for (address, id) in sources {
+                    this.send_trigger(address, id, checkpoint);
+                }
+            });
         }
+    }
+
+    fn send_trigger(&self, address: String, id: AttemptId, checkpoint: u64) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let request = pb::TriggerCheckpointRequest {
+                id: Some(attempt_to_proto(&id)),
+                checkpoint,
+            };
+            let sent = match this.client(&address).await {
+                Ok(mut c) => c
+                    .trigger_checkpoint(request)
+                    .await
+                    .map(|_| ())
+                    .map_err(|s| s.to_string()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent
+                && let Some(job) = this.state().jobs.get_mut(&id.job_id)
+            {
+                job.master
+                    .decline_checkpoint(&id, checkpoint, &format!("trigger failed: {e}"));
+            }
+        });
     }
 
     /// A task's acknowledgement: when it completes the checkpoint, write the metadata, log it, then
@@ -131,7 +170,7 @@ impl JobManager {
         });
     }
 
-    async fn complete_checkpoint(
+    pub(crate) async fn complete_checkpoint(
         &self,
         checkpoint: CompletedCheckpoint,
         conf: &std::collections::BTreeMap<String, String>,
@@ -150,20 +189,32 @@ impl JobManager {
             ));
         }
         store.write(&checkpoint).await.map_err(|e| e.to_string())?;
-        if !current(self) {
-            // A restart happened while the metadata was written: it must not be restored from.
+        let logging = self
+            .state()
+            .jobs
+            .get_mut(&job_id)
+            .is_some_and(|j| j.master.begin_checkpoint_completion(id));
+        if !logging {
+            // A restart happened while the metadata was written: the log never records it, so it
+            // is never restored; deleting it only saves space.
             let _ = store.delete(&job_id, id).await;
             return Err(format!(
                 "checkpoint {id} of job {job_id} completed after a restart; dropped"
             ));
         }
-        self.log(&[crate::oplog::Event::CheckpointCompleted {
-            job_id: job_id.clone(),
-            checkpoint: id,
-            time_ms: now_ms(),
-        }])
-        .await
-        .map_err(|e| e.to_string())?;
+        let logged = self
+            .log(&[crate::oplog::Event::CheckpointCompleted {
+                job_id: job_id.clone(),
+                checkpoint: id,
+                time_ms: now_ms(),
+            }])
+            .await;
+        if let Err(e) = logged {
+            if let Some(job) = self.state().jobs.get_mut(&job_id) {
+                job.master.checkpoint_not_logged();
+            }
+            return Err(e.to_string());
+        }
         tracing::info!(
             job = %job_id,
             checkpoint = id,

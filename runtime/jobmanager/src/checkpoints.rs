@@ -90,8 +90,16 @@ impl JobCheckpoints {
         latest.tasks.get(task).map(|s| (latest.id, s.clone()))
     }
 
-    /// The next checkpoint, when it is due and every task runs; aborts one pending past its timeout.
-    pub fn maybe_trigger(&mut self, now_ms: u64, all_running: bool) -> Option<(u64, Vec<String>)> {
+    /// The next checkpoint, when it is due and every task runs or finished (at least one source
+    /// still running); aborts one pending past its timeout. Finished tasks carry the snapshot they
+    /// ended with, from the latest checkpoint; one with none there (it finished before any
+    /// checkpoint covered it) leaves nothing consistent to take.
+    pub fn maybe_trigger(
+        &mut self,
+        now_ms: u64,
+        all_running: bool,
+        finished: &[String],
+    ) -> Option<(u64, Vec<String>)> {
         if let Some(since) = self.pending_since_ms
             && now_ms.saturating_sub(since) > self.config.timeout.as_millis() as u64
         {
@@ -111,7 +119,12 @@ impl JobCheckpoints {
         {
             return None;
         }
-        let trigger = self.coordinator.trigger(now_ms)?;
+        let mut end_states = std::collections::BTreeMap::new();
+        for task in finished {
+            let snapshot = self.latest.as_ref().and_then(|l| l.tasks.get(task))?;
+            end_states.insert(task.clone(), snapshot.clone());
+        }
+        let trigger = self.coordinator.trigger_with_finished(now_ms, end_states)?;
         self.pending_since_ms = Some(now_ms);
         self.next_trigger_ms = now_ms + self.config.interval.as_millis() as u64;
         self.counts.triggered += 1;
@@ -135,7 +148,25 @@ impl JobCheckpoints {
         }
     }
 
-    /// A task declined, failed or finished: the pending checkpoint cannot complete.
+    /// `task` finished: the pending checkpoint takes the snapshot it ended with (its last, in the
+    /// latest checkpoint) as its acknowledgement; `Some` when that completed it (its completion
+    /// time is the caller's to set). Without such a snapshot the pending checkpoint is aborted.
+    pub fn task_finished(&mut self, task: &str) -> Option<CompletedCheckpoint> {
+        self.coordinator.pending()?;
+        let Some(end) = self.latest.as_ref().and_then(|l| l.tasks.get(task)).cloned() else {
+            self.abort(None, &format!("{task} finished before any checkpoint covered it"));
+            return None;
+        };
+        match self.coordinator.task_finished(task, end, 0) {
+            Acked::Complete(c) => {
+                self.pending_since_ms = None;
+                Some(*c)
+            }
+            Acked::Pending { .. } | Acked::Ignored => None,
+        }
+    }
+
+    /// A task declined or failed: the pending checkpoint cannot complete.
     pub fn abort(&mut self, id: Option<u64>, why: &str) {
         if let Some(aborted) = self.coordinator.abort(id) {
             tracing::info!(checkpoint = aborted, "checkpoint aborted: {why}");
@@ -204,14 +235,21 @@ mod tests {
         let tasks = vec!["source#0".to_string(), "sum#0".to_string()];
         let mut c = JobCheckpoints::new("j", config(), tasks.clone(), vec!["source#0".into()]);
         assert_eq!(
-            c.maybe_trigger(0, true),
+            c.maybe_trigger(0, true, &[]),
             None,
             "not before the job storage was read"
         );
         c.resume_from("j", tasks, vec!["source#0".into()], None);
-        assert_eq!(c.maybe_trigger(0, false), None, "not while a task is not running");
-        assert_eq!(c.maybe_trigger(0, true), Some((1, vec!["source#0".to_string()])));
-        assert_eq!(c.maybe_trigger(2000, true), None, "one pending at a time");
+        assert_eq!(
+            c.maybe_trigger(0, false, &[]),
+            None,
+            "not while a task is not running"
+        );
+        assert_eq!(
+            c.maybe_trigger(0, true, &[]),
+            Some((1, vec!["source#0".to_string()]))
+        );
+        assert_eq!(c.maybe_trigger(2000, true, &[]), None, "one pending at a time");
         c.acknowledge(1, "source#0", snap(&[]), 10);
         let done = c
             .acknowledge(
@@ -223,8 +261,8 @@ mod tests {
             .unwrap();
         assert_eq!(c.completed(done), Subsumed::default());
         assert_eq!(c.restore_of("sum#0").map(|r| r.0), Some(1));
-        assert_eq!(c.maybe_trigger(500, true), None, "interval not elapsed");
-        assert_eq!(c.maybe_trigger(1000, true).map(|t| t.0), Some(2));
+        assert_eq!(c.maybe_trigger(500, true, &[]), None, "interval not elapsed");
+        assert_eq!(c.maybe_trigger(1000, true, &[]).map(|t| t.0), Some(2));
         c.acknowledge(2, "source#0", snap(&[]), 1010);
         let done = c
             .acknowledge(
@@ -242,9 +280,9 @@ mod tests {
             "b is still used by 2"
         );
         // A checkpoint nobody finishes expires.
-        assert_eq!(c.maybe_trigger(2000, true).map(|t| t.0), Some(3));
+        assert_eq!(c.maybe_trigger(2000, true, &[]).map(|t| t.0), Some(3));
         assert_eq!(
-            c.maybe_trigger(8000, true).map(|t| t.0),
+            c.maybe_trigger(8000, true, &[]).map(|t| t.0),
             Some(4),
             "3 expired, 4 triggered"
         );

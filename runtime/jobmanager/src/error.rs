@@ -22,6 +22,9 @@ pub enum Error {
     /// The operation log could not be taken, read or written (fenced, lost the election, corrupt).
     #[error(transparent)]
     Oplog(#[from] floe_oplog::Error),
+    /// This JobManager stopped acting earlier (a log write was refused); it writes nothing more.
+    #[error("this JobManager has stopped: {0}")]
+    Stopped(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -28,7 +28,7 @@ use floe_checkpoint::{CompletedCheckpoint, TaskSnapshot};
 pub struct AttemptId {
     pub job_id: String,
     pub vertex: ExecutionVertexId,
-    pub attempt: u32,
+    pub attempt: u64,
 }
 
 /// A TaskManager slot a job placed an execution slot sharing group in.
@@ -83,6 +83,9 @@ pub enum Action {
         delay: Duration,
         vertices: Vec<ExecutionVertexId>,
     },
+    /// Every task acknowledged (or finished with its end state): write the metadata, log it, then
+    /// [`JobMaster::checkpoint_completed`]. Its completion time is the server's clock.
+    CompleteCheckpoint(Box<CompletedCheckpoint>),
 }
 
 /// Flink's fixed-delay restart strategy (`restart-strategy.type: fixed-delay`).
@@ -168,11 +171,13 @@ pub struct JobMaster {
     pub remote_shuffle: bool,
     /// Executions an earlier JobManager saw finish, with what they produced (from the operation log);
     /// when scheduling reaches them they are marked finished instead of deployed.
-    restored: BTreeMap<ExecutionVertexId, (u32, Vec<PartitionStats>)>,
+    restored: BTreeMap<ExecutionVertexId, (u64, Vec<PartitionStats>)>,
     /// Executions marked finished from the log rather than run by this JobManager.
     pub restored_finished: std::collections::BTreeSet<ExecutionVertexId>,
     /// STREAMING with `execution.checkpointing.interval`.
     pub checkpoints: Option<JobCheckpoints>,
+    /// The checkpoints the operation log records as completed: the only ones a restore may use.
+    pub vouched_checkpoints: Vec<u64>,
     /// Executions the log shows finished whose partitions are on TaskManager disks: restored when a
     /// TaskManager reports holding them, until `holders_deadline_ms`.
     awaiting_holders: Vec<FinishedExecution>,
@@ -182,6 +187,17 @@ pub struct JobMaster {
     /// The last checkpoint triggered and the restart count then: a checkpoint completing after a
     /// restart describes attempts that no longer run and must not become the latest.
     checkpoint_lineage: (u64, u32),
+    /// Attempts deployed to a TaskManager that its last heartbeat did not list: failed if the next
+    /// one does not list them either (one miss may be a heartbeat sent just before the deployment
+    /// arrived).
+    missing_once: std::collections::BTreeSet<(ExecutionVertexId, u64)>,
+    /// A checkpoint whose completing log append is in flight (see `begin_checkpoint_completion`).
+    checkpoint_completing: Option<u64>,
+    /// Slot sharing groups whose TaskManager was lost when no other slot was free: placed again
+    /// at the restart.
+    unplaced: std::collections::BTreeSet<usize>,
+    /// Attempts whose final report is being or was applied (see `claim_final_report`).
+    final_reports: std::collections::BTreeSet<(ExecutionVertexId, u64)>,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -204,14 +220,21 @@ fn checkpoint_tasks(graph: &ExecutionGraph) -> (Vec<String>, Vec<String>) {
 pub struct FinishedExecution {
     pub vertex: u32,
     pub subtask: u32,
-    pub attempt: u32,
+    pub attempt: u64,
     /// Bytes per subpartition of each produced partition, in produced order.
     pub produced: Vec<Vec<u64>>,
 }
 
 impl JobMaster {
-    /// A job in CREATED, not yet placed.
-    pub fn new(id: String, args: JobArgs, job_graph: JobGraph, fingerprint: String) -> Result<Self> {
+    /// A job in CREATED, not yet placed, whose subtasks' first attempts are numbered `first_attempt`
+    /// ([`floe_scheduler::execution_graph::first_attempt_of_epoch`] of this JobManager's epoch).
+    pub fn new(
+        id: String,
+        args: JobArgs,
+        job_graph: JobGraph,
+        fingerprint: String,
+        first_attempt: u64,
+    ) -> Result<Self> {
         let restart = RestartStrategy::from_configuration(&args.configuration)?;
         let remote_shuffle =
             floe_shuffle::remote_shuffle_enabled(&args.configuration).map_err(|e| match e {
@@ -221,7 +244,7 @@ impl JobMaster {
                     message: other.to_string(),
                 },
             })?;
-        let graph = ExecutionGraph::new(job_graph);
+        let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
         let groups = slots::execution_slot_sharing_groups(&graph);
@@ -277,10 +300,15 @@ impl JobMaster {
             restored: BTreeMap::new(),
             restored_finished: std::collections::BTreeSet::new(),
             checkpoints,
+            vouched_checkpoints: Vec::new(),
             awaiting_holders: Vec::new(),
             holders_deadline_ms: 0,
             holders: BTreeMap::new(),
             checkpoint_lineage: (0, 0),
+            missing_once: std::collections::BTreeSet::new(),
+            checkpoint_completing: None,
+            unplaced: std::collections::BTreeSet::new(),
+            final_reports: std::collections::BTreeSet::new(),
         })
     }
 
@@ -320,7 +348,7 @@ impl JobMaster {
             let stats: Option<Vec<PartitionStats>> =
                 ids.iter().map(|id| held.get(id).map(|s| (*s).clone())).collect();
             match stats {
-                Some(stats) if !ids.is_empty() => {
+                Some(stats) if !ids.is_empty() && self.graph.restore_attempt(v, f.attempt).is_ok() => {
                     self.restored.insert(v, (f.attempt, stats));
                     self.holders
                         .insert(v, (taskmanager.to_string(), address.to_string()));
@@ -347,11 +375,24 @@ impl JobMaster {
         if self.status != JobStatus::Running {
             return None;
         }
-        let all_running = self
+        // Finished tasks do not stop checkpoints (FLIP-147): sources that reached the end of their
+        // input wait for a checkpoint to complete before they finish.
+        let all_running = self.graph.execution_vertices().all(|e| {
+            matches!(
+                e.current.state,
+                ExecutionState::Running | ExecutionState::Finished
+            )
+        });
+        let finished: Vec<String> = self
             .graph
             .execution_vertices()
-            .all(|e| e.current.state == ExecutionState::Running);
-        let (id, sources) = self.checkpoints.as_mut()?.maybe_trigger(now_ms, all_running)?;
+            .filter(|e| e.current.state == ExecutionState::Finished)
+            .map(|e| self.graph.task_name(e.id))
+            .collect();
+        let (id, sources) = self
+            .checkpoints
+            .as_mut()?
+            .maybe_trigger(now_ms, all_running, &finished)?;
         self.checkpoint_lineage = (id, self.restarts);
         let targets = self
             .graph
@@ -382,6 +423,13 @@ impl JobMaster {
             .acknowledge(checkpoint, &task, snapshot, now_ms)
     }
 
+    /// Checkpoint `checkpoint` cannot go on (its id could not be claimed).
+    pub fn abort_checkpoint(&mut self, checkpoint: u64, why: &str) {
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.abort(Some(checkpoint), why);
+        }
+    }
+
     pub fn decline_checkpoint(&mut self, id: &AttemptId, checkpoint: u64, reason: &str) {
         if self.is_current(id)
             && let Some(c) = self.checkpoints.as_mut()
@@ -397,8 +445,27 @@ impl JobMaster {
         self.status == JobStatus::Running && self.checkpoint_lineage == (id, self.restarts)
     }
 
-    /// Checkpoint metadata is written: returns what retention drops and the TaskManagers to notify.
+    /// The metadata of checkpoint `id` is written and the log append that completes it starts:
+    /// `false` if a restart happened since it was triggered (it is dropped). Until
+    /// [`JobMaster::checkpoint_completed`] or [`JobMaster::checkpoint_not_logged`], restarts wait,
+    /// so no attempt restores from an older checkpoint than one the log then records.
+    pub fn begin_checkpoint_completion(&mut self, id: u64) -> bool {
+        if !self.checkpoint_is_current(id) {
+            return false;
+        }
+        self.checkpoint_completing = Some(id);
+        true
+    }
+
+    /// The completing append failed: the checkpoint does not count, restarts go on.
+    pub fn checkpoint_not_logged(&mut self) {
+        self.checkpoint_completing = None;
+    }
+
+    /// Checkpoint metadata is written and logged: returns what retention drops and the
+    /// TaskManagers to notify.
     pub fn checkpoint_completed(&mut self, checkpoint: CompletedCheckpoint) -> (Subsumed, Vec<String>) {
+        self.checkpoint_completing = None;
         let Some(c) = self.checkpoints.as_mut() else {
             return (Subsumed::default(), Vec::new());
         };
@@ -415,17 +482,16 @@ impl JobMaster {
     }
 
     /// Takes over executions that finished under an earlier JobManager: they will not run again.
-    /// Only with remote shuffle, whose partitions outlive every process, and only for the attempt a
-    /// fresh graph starts at (their partitions are named by attempt); the rest run again.
+    /// With remote shuffle their partitions outlive every process and are restored now; local ones
+    /// as TaskManagers report holding them. A restored subtask keeps its logged attempt number (its
+    /// partitions are named by it); the others run under this JobManager's attempt numbers.
     pub fn restore_finished(&mut self, finished: &[FinishedExecution], holders_deadline_ms: u64) -> usize {
         if !self.remote_shuffle {
-            // Local partitions: restored as TaskManagers report holding them.
             self.awaiting_holders = finished
                 .iter()
                 .filter(|f| {
                     let v = ExecutionVertexId::new(f.vertex, f.subtask);
-                    self.graph.execution_vertex(v).map(|e| e.current.attempt).ok() == Some(f.attempt)
-                        && self.graph.produced_partitions(v).next().is_some()
+                    self.graph.contains(v) && self.graph.produced_partitions(v).next().is_some()
                 })
                 .cloned()
                 .collect();
@@ -434,8 +500,7 @@ impl JobMaster {
         }
         for f in finished {
             let v = ExecutionVertexId::new(f.vertex, f.subtask);
-            let current = self.graph.execution_vertex(v).map(|e| e.current.attempt);
-            if current.ok() == Some(f.attempt) {
+            if self.graph.restore_attempt(v, f.attempt).is_ok() {
                 let stats = f
                     .produced
                     .iter()
@@ -661,6 +726,22 @@ impl JobMaster {
                 .unwrap_or(false)
     }
 
+    /// A final report of `id` is about to be applied: `false` when it is not the current attempt,
+    /// its state is final already, or another report of it is being applied (a report and a
+    /// heartbeat carrying the same final state).
+    pub fn claim_final_report(&mut self, id: &AttemptId) -> bool {
+        let live = self
+            .graph
+            .execution_vertex(id.vertex)
+            .is_ok_and(|e| e.current.attempt == id.attempt && !e.current.state.is_terminal());
+        live && self.is_current(id) && self.final_reports.insert((id.vertex, id.attempt))
+    }
+
+    /// A claimed final report could not be applied (its log append failed): another may be.
+    pub fn release_final_report(&mut self, id: &AttemptId) {
+        self.final_reports.remove(&(id.vertex, id.attempt));
+    }
+
     /// The TaskManager this JobMaster deployed `id` to, if `id` is the current attempt and deployed.
     pub fn deployed_on(&self, id: &AttemptId) -> Option<&str> {
         if !self.is_current(id) {
@@ -707,8 +788,12 @@ impl JobMaster {
                 if let Err(e) = self.graph.transition(v, ExecutionState::Finished) {
                     return self.on_failure(&[v], format!("bad report: {e}"));
                 }
+                // Its inputs ended: the pending checkpoint's barrier will not reach it. Its end
+                // state stands for its acknowledgement (FLIP-147).
+                let task = self.graph.task_name(v);
+                let mut completed = None;
                 if let Some(c) = self.checkpoints.as_mut() {
-                    c.abort(None, "a task finished");
+                    completed = c.task_finished(&task);
                 }
                 let partitions: Vec<PartitionId> = self.graph.produced_partitions(v).collect();
                 for (p, stats) in partitions.iter().zip(
@@ -724,6 +809,7 @@ impl JobMaster {
                 }
                 let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
                 let mut actions = self.deploy(&next);
+                actions.extend(completed.map(|c| Action::CompleteCheckpoint(Box::new(c))));
                 if self
                     .graph
                     .execution_vertices()
@@ -743,6 +829,109 @@ impl JobMaster {
                 self.on_failure(&[v], format!("{} failed: {cause}", self.graph.task_name(v)))
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// Reconciles with what a TaskManager's heartbeat says it holds of this job (Flink's heartbeat
+    /// payload of executions; final states it carries were applied before, as reports). An attempt
+    /// it holds that this JobMaster did not deploy there, or that is no longer current, is
+    /// cancelled; an attempt deployed there that had started (INITIALIZING or RUNNING) but is
+    /// missing from two heartbeats in a row is failed, and one being cancelled is taken as
+    /// cancelled. Without this a lost final-state report, or a task that vanished with no report,
+    /// would leave the job waiting forever.
+    pub fn reconcile(
+        &mut self,
+        taskmanager: &str,
+        address: &str,
+        held: &[(AttemptId, ExecutionState)],
+    ) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let job_id = self.id.clone();
+        for (id, state) in held.iter().filter(|(id, _)| id.job_id == job_id) {
+            if self.deployed_on(id) != Some(taskmanager) {
+                actions.push(Action::Cancel {
+                    address: address.to_string(),
+                    id: id.clone(),
+                });
+                continue;
+            }
+            // A lost INITIALIZING or RUNNING report: catch up (checkpoints wait for RUNNING).
+            let current = self.graph.execution_vertex(id.vertex).map(|e| e.current.state);
+            let steps: &[ExecutionState] = match (current, state) {
+                (Ok(ExecutionState::Deploying), ExecutionState::Initializing) => {
+                    &[ExecutionState::Initializing]
+                }
+                (Ok(ExecutionState::Deploying), ExecutionState::Running) => {
+                    &[ExecutionState::Initializing, ExecutionState::Running]
+                }
+                (Ok(ExecutionState::Initializing), ExecutionState::Running) => &[ExecutionState::Running],
+                _ => &[],
+            };
+            for step in steps {
+                actions.extend(self.on_task_state(id, *step, None, Vec::new(), None));
+            }
+        }
+        let held: std::collections::BTreeSet<(ExecutionVertexId, u64)> = held
+            .iter()
+            .filter(|(id, _)| id.job_id == self.id)
+            .map(|(id, _)| (id.vertex, id.attempt))
+            .collect();
+        let started_here: Vec<(ExecutionVertexId, u64, ExecutionState)> = self
+            .graph
+            .execution_vertices()
+            .filter(|e| {
+                matches!(
+                    e.current.state,
+                    ExecutionState::Initializing | ExecutionState::Running | ExecutionState::Canceling
+                )
+            })
+            .filter(|e| {
+                self.location[self.graph.global_index(e.id)]
+                    .as_ref()
+                    .is_some_and(|s| s.taskmanager == taskmanager)
+            })
+            .map(|e| (e.id, e.current.attempt, e.current.state))
+            .collect();
+        let mut gone = Vec::new();
+        for (v, attempt, state) in started_here {
+            let key = (v, attempt);
+            if held.contains(&key) {
+                self.missing_once.remove(&key);
+            } else if !self.missing_once.insert(key) {
+                self.missing_once.remove(&key);
+                gone.push((v, attempt, state));
+            }
+        }
+        let (canceled, lost): (Vec<_>, Vec<_>) = gone
+            .into_iter()
+            .partition(|(_, _, state)| *state == ExecutionState::Canceling);
+        for (v, attempt, _) in canceled {
+            let id = AttemptId {
+                job_id: self.id.clone(),
+                vertex: v,
+                attempt,
+            };
+            actions.extend(self.on_task_state(&id, ExecutionState::Canceled, None, Vec::new(), None));
+        }
+        if !lost.is_empty() {
+            let vertices: Vec<ExecutionVertexId> = lost.iter().map(|(v, _, _)| *v).collect();
+            let names: Vec<String> = vertices.iter().map(|v| self.graph.task_name(*v)).collect();
+            let cause = format!(
+                "TaskManager {taskmanager} no longer runs {} (missing from two heartbeats)",
+                names.join(", ")
+            );
+            actions.extend(self.on_failure(&vertices, cause));
+        }
+        actions
+    }
+
+    /// A consumer failed because it could not read these partitions: they are lost, so the failover
+    /// that follows restarts their producers' regions too (reading them again would fail again).
+    pub fn partitions_unavailable(&mut self, partitions: &[ResultPartitionId]) {
+        for p in partitions.iter().filter(|p| p.job_id == self.id) {
+            if self.shuffle.partition_lost(p) {
+                tracing::info!(job = %self.id, partition = %p, "a consumer could not read a finished partition: it will be produced again");
+            }
         }
     }
 
@@ -778,7 +967,7 @@ impl JobMaster {
             .collect::<Vec<_>>()
             .into_iter();
         let mut k = 0;
-        for slot in &mut self.slot_of_group {
+        for (group, slot) in self.slot_of_group.iter_mut().enumerate() {
             if slot.taskmanager == tm {
                 *slot = match spare.next() {
                     Some(s) => s,
@@ -786,7 +975,12 @@ impl JobMaster {
                         k += 1;
                         survivors[(k - 1) % survivors.len()].clone()
                     }
-                    None => slot.clone(),
+                    // No slot anywhere now: placed again when the restart comes (a TaskManager
+                    // may have registered by then, such as this one's restarted process).
+                    None => {
+                        self.unplaced.insert(group);
+                        slot.clone()
+                    }
                 };
             }
         }
@@ -916,9 +1110,32 @@ impl JobMaster {
     }
 
     /// The restart delay passed: new attempts for the subtasks, deployed as their inputs allow.
-    pub fn restart(&mut self, vertices: &[ExecutionVertexId]) -> Vec<Action> {
+    pub fn restart(&mut self, vertices: &[ExecutionVertexId], free: &[SlotRef]) -> Vec<Action> {
         if self.status != JobStatus::Running {
             return Vec::new();
+        }
+        // Slots of a lost TaskManager that had no replacement then: place them now, or wait.
+        if !self.unplaced.is_empty() {
+            if free.len() < self.unplaced.len() {
+                tracing::info!(job = %self.id, needed = self.unplaced.len(), free = free.len(), "restart waits for slots");
+                return vec![Action::RestartAfter {
+                    job_id: self.id.clone(),
+                    delay: self.restart.delay.max(Duration::from_millis(100)),
+                    vertices: vertices.to_vec(),
+                }];
+            }
+            for (group, slot) in std::mem::take(&mut self.unplaced).into_iter().zip(free) {
+                self.slot_of_group[group] = slot.clone();
+            }
+        }
+        // A checkpoint is being logged: once logged it is the one to restore from, so the new
+        // attempts wait for it rather than restore from the one before.
+        if self.checkpoint_completing.is_some() {
+            return vec![Action::RestartAfter {
+                job_id: self.id.clone(),
+                delay: Duration::from_millis(20),
+                vertices: vertices.to_vec(),
+            }];
         }
         if let Some(c) = self.checkpoints.as_mut() {
             c.restarting();
@@ -1025,7 +1242,7 @@ mod tests {
             args: Vec::new(),
             configuration: conf,
         };
-        JobMaster::new("job".into(), args, graph, "fp".into()).unwrap()
+        JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap()
     }
 
     fn slots() -> Vec<SlotRef> {
@@ -1063,6 +1280,164 @@ mod tests {
 
     fn ev(v: u32, s: u32) -> ExecutionVertexId {
         ExecutionVertexId::new(v, s)
+    }
+
+    /// Issue 11, scenario 4: heartbeats carry what a TaskManager holds; the JobMaster fails what
+    /// vanished without a report and cancels what should not run there.
+    #[test]
+    fn heartbeats_reconcile_executions_both_ways() {
+        let mut job = seed_job();
+        job.start(&slots()).unwrap();
+        // source#0..2 on tm0 (slots 0..2), source#3 on tm1. source#0 and #1 started.
+        for k in [0, 1] {
+            report(&mut job, ev(0, k), ExecutionState::Initializing);
+        }
+        let held = |job: &JobMaster, ks: &[u32]| {
+            ks.iter()
+                .map(|&k| (job.attempt_id(ev(0, k)), ExecutionState::Initializing))
+                .collect::<Vec<_>>()
+        };
+        // source#2 has not started yet (its deployment may be in flight): never failed for missing.
+        let all = held(&job, &[0, 1]);
+        assert!(job.reconcile("tm0", "addr0", &all).is_empty());
+        // source#1's final report was lost and its task is gone: one miss is tolerated...
+        let only0 = held(&job, &[0]);
+        assert!(job.reconcile("tm0", "addr0", &only0).is_empty());
+        assert_eq!(job.status, JobStatus::Running);
+        // ...the second fails it, and the failure restarts its region.
+        let actions = job.reconcile("tm0", "addr0", &only0);
+        assert!(
+            actions.iter().any(|a| matches!(a, Action::RestartAfter { .. })),
+            "{actions:?}"
+        );
+        assert_eq!(
+            job.graph.execution_vertex(ev(0, 1)).unwrap().current.state,
+            ExecutionState::Failed
+        );
+        // source#3's INITIALIZING and RUNNING reports were lost: the heartbeat catches up.
+        let running3 = (job.attempt_id(ev(0, 3)), ExecutionState::Running);
+        assert!(job.reconcile("tm1", "addr1", &[running3]).is_empty());
+        assert_eq!(
+            job.graph.execution_vertex(ev(0, 3)).unwrap().current.state,
+            ExecutionState::Running
+        );
+        // An attempt tm1 holds that this JobMaster never deployed there (an older attempt) is
+        // cancelled there.
+        let stale = AttemptId {
+            job_id: "job".into(),
+            vertex: ev(0, 3),
+            attempt: 99,
+        };
+        let actions = job.reconcile("tm1", "addr1", &[(stale.clone(), ExecutionState::Running)]);
+        assert!(
+            actions
+                .iter()
+                .any(|a| matches!(a, Action::Cancel { address, id } if address == "addr1" && *id == stale)),
+            "{actions:?}"
+        );
+    }
+
+    /// Issue 11, scenario 8: a consumer that cannot read a finished blocking partition (its file is
+    /// gone, its TaskManager restarted) restarts with the partition's producer, not alone.
+    #[test]
+    fn a_consumer_that_cannot_read_its_input_restarts_the_producer_too() {
+        let mut job = seed_job();
+        job.start(&slots()).unwrap();
+        for k in 0..4 {
+            finish(&mut job, ev(0, k));
+        }
+        for k in 0..4 {
+            finish(&mut job, ev(1, k));
+        }
+        report(&mut job, ev(2, 0), ExecutionState::Initializing);
+        let lost = job.partition_id(PartitionId {
+            result: floe_scheduler::job_graph::ResultIndex(1),
+            partition: 2,
+        });
+        job.partitions_unavailable(std::slice::from_ref(&lost));
+        let actions = report(&mut job, ev(2, 0), ExecutionState::Failed);
+        let restarted: Vec<String> = actions
+            .iter()
+            .flat_map(|a| match a {
+                Action::RestartAfter { vertices, .. } => vertices.clone(),
+                _ => Vec::new(),
+            })
+            .map(|v| job.graph.task_name(v))
+            .collect();
+        assert!(
+            restarted.contains(&"map#2".to_string()) && restarted.contains(&"reduce#0".to_string()),
+            "{restarted:?}"
+        );
+    }
+
+    /// A streaming seed job (everything pipelined: one region) checkpointing every second.
+    fn checkpointing_job() -> JobMaster {
+        let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesPipelined);
+        let conf = [
+            ("execution.checkpointing.interval", "1 s"),
+            ("floe.job-storage.url", "memory://jobs"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into_iter()
+        .collect();
+        let args = JobArgs {
+            name: "seed".into(),
+            args: Vec::new(),
+            configuration: conf,
+        };
+        let mut job = JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap();
+        job.resume_checkpoints(None);
+        job
+    }
+
+    /// Issue 11, scenario 6: a checkpoint whose completing log append is in flight when a task
+    /// fails becomes the one the restarted attempts restore from; they do not restore from the
+    /// checkpoint before it.
+    #[test]
+    fn a_restart_waits_for_a_checkpoint_being_logged_and_restores_from_it() {
+        let mut job = checkpointing_job();
+        job.start(&slots()).unwrap();
+        let all: Vec<ExecutionVertexId> = job.graph.execution_vertices().map(|e| e.id).collect();
+        for &v in &all {
+            report(&mut job, v, ExecutionState::Initializing);
+            report(&mut job, v, ExecutionState::Running);
+        }
+        let (id, _) = job.trigger_checkpoint(10_000).expect("due");
+        let mut completed = None;
+        for &v in &all {
+            let attempt = job.attempt_id(v);
+            completed = job.acknowledge_checkpoint(&attempt, id, TaskSnapshot::default(), 10_100);
+        }
+        let completed = completed.expect("every task acknowledged");
+        assert!(
+            job.begin_checkpoint_completion(id),
+            "no restart since the trigger"
+        );
+        // A task fails while the completion is being logged.
+        let failure = report(&mut job, ev(2, 0), ExecutionState::Failed);
+        let restart = failure
+            .iter()
+            .find_map(|a| match a {
+                Action::RestartAfter { vertices, .. } => Some(vertices.clone()),
+                _ => None,
+            })
+            .expect("a restart");
+        let postponed = job.restart(&restart, &[]);
+        assert!(
+            matches!(postponed.as_slice(), [Action::RestartAfter { .. }]),
+            "{postponed:?}"
+        );
+        job.checkpoint_completed(completed);
+        let deployed = job.restart(&restart, &[]);
+        let restores: Vec<Option<u64>> = deployed
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deploy { deployment, .. } => Some(deployment.restore.as_ref().map(|r| r.0)),
+                _ => None,
+            })
+            .collect();
+        assert!(!restores.is_empty());
+        assert!(restores.iter().all(|r| *r == Some(id)), "{restores:?}");
     }
 
     #[test]
@@ -1127,7 +1502,7 @@ mod tests {
             job.graph.execution_vertex(ev(1, 0)).unwrap().current.state,
             ExecutionState::Deploying
         );
-        let again = job.restart(&restart);
+        let again = job.restart(&restart, &[]);
         assert_eq!(deployed(&again, &job), ["map#2"]);
         assert_eq!(job.graph.execution_vertex(ev(1, 2)).unwrap().current.attempt, 1);
         // A report from the old attempt is ignored.
@@ -1142,7 +1517,7 @@ mod tests {
         );
         // Two more failures exhaust 2 attempts: the job fails with the cause.
         report(&mut job, ev(1, 2), ExecutionState::Failed);
-        job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)]);
+        job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)], &[]);
         report(&mut job, ev(1, 2), ExecutionState::Failed);
         assert_eq!(job.status, JobStatus::Failed);
         assert!(
@@ -1169,8 +1544,42 @@ mod tests {
         );
         assert!(a.iter().any(|a| matches!(a, Action::RestartAfter { .. })));
         assert_eq!(job.slot_of_group[3].taskmanager, "tm2");
-        let again = job.restart(&[ev(0, 3), ev(1, 3)]);
+        let again = job.restart(&[ev(0, 3), ev(1, 3)], &[]);
         assert!(matches!(&again[0], Action::Deploy { address, .. } if address == "addr2"));
+    }
+
+    /// Issue 11, scenario 3: the only TaskManager is lost (its process restarted under the same
+    /// id): the restart waits for slots, then places the job on the new process's slots.
+    #[test]
+    fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
+        let mut job = seed_job();
+        let only: Vec<SlotRef> = (0..4)
+            .map(|slot| SlotRef {
+                taskmanager: "tm1".into(),
+                address: "addr1".into(),
+                slot,
+            })
+            .collect();
+        job.start(&only).unwrap();
+        job.on_taskmanager_lost("tm1", &[]);
+        let restart = [ev(0, 3), ev(1, 3)];
+        let waiting = job.restart(&restart, &[]);
+        assert!(
+            matches!(waiting.as_slice(), [Action::RestartAfter { .. }]),
+            "{waiting:?}"
+        );
+        let restarted: Vec<SlotRef> = (0..4)
+            .map(|slot| SlotRef {
+                taskmanager: "tm1".into(),
+                address: "addr1-new".into(),
+                slot,
+            })
+            .collect();
+        let again = job.restart(&restart, &restarted);
+        assert!(
+            matches!(&again[0], Action::Deploy { address, .. } if address == "addr1-new"),
+            "{again:?}"
+        );
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub enum Event {
         job_id: String,
         vertex: u32,
         subtask: u32,
-        attempt: u32,
+        attempt: u64,
         produced: Vec<Vec<u64>>,
         time_ms: u64,
     },
@@ -55,8 +55,9 @@ pub enum Event {
         parallelism: u32,
         time_ms: u64,
     },
-    /// A checkpoint's metadata was written (`checkpoints/{job}/chk-{n}/_metadata`): a restarted
-    /// JobManager resumes the job from the newest readable one.
+    /// A checkpoint's metadata was written (`checkpoints/{job}/chk-{n}/_metadata`) and the
+    /// checkpoint is complete: a restarted JobManager resumes the job from the newest readable
+    /// one the log records, never from metadata the log does not record.
     CheckpointCompleted {
         job_id: String,
         checkpoint: u64,
@@ -78,6 +79,8 @@ pub struct LoggedJob {
     pub changed_ms: u64,
     /// The latest checkpoint the log saw complete.
     pub checkpoint: Option<u64>,
+    /// Every checkpoint the log saw complete, in log order: the only ones a restore may use.
+    pub checkpoints: Vec<u64>,
     /// (vertex id, parallelism) by vertex index, as initialized.
     pub vertices: BTreeMap<u32, (String, u32)>,
 }
@@ -114,6 +117,7 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                 submitted_ms: *time_ms,
                 changed_ms: *time_ms,
                 checkpoint: None,
+                checkpoints: Vec::new(),
                 vertices: BTreeMap::new(),
             }),
             Event::JobStatusChanged {
@@ -163,6 +167,7 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
             } => {
                 if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
                     j.checkpoint = Some(*checkpoint);
+                    j.checkpoints.push(*checkpoint);
                 }
             }
         }
@@ -197,6 +202,8 @@ pub async fn resume(
     replayed: &[Event],
     application: Option<Application>,
 ) -> Result<()> {
+    // Attempt numbers and the fencing token of every TaskManager call come from the epoch.
+    jm.set_leader_epoch(log.epoch());
     let logged = jobs_of(replayed);
     let deployment = application.as_ref().map(|a| a.deployment.clone());
     let is_current = |j: &LoggedJob| deployment.as_ref().is_none_or(|d| &j.deployment == d);
@@ -225,7 +232,7 @@ pub async fn resume(
                 },
             );
         } else {
-            jm.submit_with_id(j.args.clone(), j.id.clone())?;
+            jm.submit_resumed(j.args.clone(), j.id.clone(), j.checkpoints.clone())?;
             // Finished executions are reused only for the graph they ran in.
             let now: BTreeMap<u32, (String, u32)> = jm
                 .vertex_parallelism(&j.id)
@@ -362,6 +369,7 @@ mod tests {
         ]);
         assert_eq!(jobs[1].vertices.get(&0), Some(&("source".to_string(), 4)));
         assert_eq!(jobs[1].checkpoint, Some(7));
+        assert_eq!(jobs[1].checkpoints, vec![7]);
         assert!(jobs[0].vertices.is_empty());
         assert_eq!(jobs.len(), 2);
         assert!(jobs[0].has_ended());

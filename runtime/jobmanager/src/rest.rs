@@ -85,8 +85,11 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                     json!({
                         "subtask": ev.id.subtask,
                         "status": ev.current.state.name(),
-                        "attempt": ev.current.attempt,
-                        "prior-attempts": ev.prior.iter().map(|p| json!({"attempt": p.attempt, "status": p.state.name()})).collect::<Vec<_>>(),
+                        // Flink's attempt number (counted per JobManager leader epoch), and the
+                        // epoch whose JobManager made the attempt.
+                        "attempt": attempt_number(ev.current.attempt),
+                        "attempt-leader-epoch": ev.current.attempt >> 32,
+                        "prior-attempts": ev.prior.iter().map(|p| json!({"attempt": attempt_number(p.attempt), "attempt-leader-epoch": p.attempt >> 32, "status": p.state.name()})).collect::<Vec<_>>(),
                         "taskmanager-id": loc.map(|s| s.taskmanager.clone()),
                         "slot": loc.map(|s| s.slot),
                         "records-in": m.counters[global].records_in,
@@ -217,4 +220,9 @@ async fn taskmanagers(State(jm): State<JobManager>) -> Json<Value> {
         })
         .collect();
     Json(json!({ "taskmanagers": tms }))
+}
+
+/// The attempt number within its leader epoch (attempt ids are `epoch << 32 | n`).
+fn attempt_number(attempt: u64) -> u64 {
+    attempt & 0xffff_ffff
 }

@@ -8,12 +8,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use floe_datastream::{JobArgs, JobRegistry};
+use floe_proto::fencing::LeaderEpoch;
 use floe_proto::v1::job_manager_server::{JobManager as JobManagerRpc, JobManagerServer};
 use floe_proto::v1::task_executor_client::TaskExecutorClient;
 use floe_proto::v1::{self as pb};
 use floe_scheduler::{ExecutionState, JobStatus};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+
+/// A TaskManager's TaskExecutor client; every call carries this JobManager's leader epoch.
+pub(crate) type TaskExecutorRpc = TaskExecutorClient<InterceptedService<Channel, LeaderEpoch>>;
 
 use crate::error::{Error, Result};
 use crate::job::{Action, AttemptId, Deployment, JobMaster, SlotRef, TaskCounters};
@@ -51,6 +56,8 @@ impl Default for JobManagerConfig {
 #[derive(Debug, Clone)]
 pub struct TaskManagerInfo {
     pub id: String,
+    /// The process behind the id (a restarted container registers a new one).
+    pub instance_id: String,
     pub address: String,
     pub slots: u32,
     pub last_heartbeat: Instant,
@@ -118,12 +125,17 @@ struct Inner {
     registry: JobRegistry,
     config: JobManagerConfig,
     id: String,
-    clients: Mutex<BTreeMap<String, TaskExecutorClient<Channel>>>,
+    clients: Mutex<BTreeMap<String, TaskExecutorRpc>>,
+    /// This JobManager's leader epoch (0 without an operation log): the fencing token of every
+    /// call to a TaskManager, and the base of its attempt numbers.
+    leader_epoch: LeaderEpoch,
     /// The operation log this JobManager leads, if it has job storage. An async mutex: appends are
     /// awaited before the JobManager acts on what they record.
     oplog: tokio::sync::Mutex<Option<LogState>>,
     /// Why this JobManager must stop (it was fenced), once a log write said so.
     fatal: Mutex<Option<String>>,
+    /// Wakes [`JobManager::fenced`] when `fatal` is set.
+    fatal_set: tokio::sync::Notify,
 }
 
 /// This process's peak resident memory (VmHWM), in bytes.
@@ -180,8 +192,10 @@ impl JobManager {
                 config,
                 id: new_id(std::process::id() as u64),
                 clients: Mutex::new(BTreeMap::new()),
+                leader_epoch: LeaderEpoch::default(),
                 oplog: tokio::sync::Mutex::new(None),
                 fatal: Mutex::new(None),
+                fatal_set: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -246,13 +260,21 @@ impl JobManager {
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
     pub fn submit_with_id(&self, args: JobArgs, id: String) -> Result<String> {
+        self.submit_resumed(args, id, Vec::new())
+    }
+
+    /// [`JobManager::submit_with_id`] of a job the operation log knows, with the checkpoints it
+    /// records as completed: the job restores from the newest of those that reads back.
+    pub fn submit_resumed(&self, args: JobArgs, id: String, vouched_checkpoints: Vec<u64>) -> Result<String> {
         let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {
             job: args.name.clone(),
             message: e.to_string(),
         })?;
         let fingerprint = built.fingerprint();
         let job_graph = built.job_graph().clone();
-        let master = JobMaster::new(id.clone(), args, job_graph, fingerprint)?;
+        let first_attempt = floe_scheduler::execution_graph::first_attempt_of_epoch(self.leader_epoch());
+        let mut master = JobMaster::new(id.clone(), args, job_graph, fingerprint, first_attempt)?;
+        master.vouched_checkpoints = vouched_checkpoints;
         tracing::info!(job = %id, name = %master.args.name, tasks = master.graph.task_count(), "job submitted");
         self.state().jobs.insert(
             id.clone(),
@@ -293,15 +315,59 @@ impl JobManager {
     }
 
     async fn append(&self, log: &mut floe_oplog::OperationLog, events: &[crate::oplog::Event]) -> Result<()> {
+        if let Some(why) = self.fatal() {
+            return Err(Error::Stopped(why));
+        }
         match log.append(events).await {
             Ok(()) => Ok(()),
             Err(e) => {
                 if !e.is_retryable() {
-                    *self.inner.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    self.stop(e.to_string());
                 }
                 Err(e.into())
             }
         }
+    }
+
+    /// This JobManager must not act any more (a log write was refused: a newer JobManager leads).
+    /// From now on it performs no action and writes nothing; [`JobManager::fenced`] returns.
+    fn stop(&self, why: String) {
+        tracing::error!("stopping: {why}");
+        self.inner
+            .fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+        self.inner.fatal_set.notify_waiters();
+    }
+
+    /// Returns (with the reason) once this JobManager must stop: the process should exit.
+    pub async fn fenced(&self) -> String {
+        loop {
+            // Registered before the check, so a `stop` in between is not missed.
+            let notified = self.inner.fatal_set.notified();
+            if let Some(why) = self.fatal() {
+                return why;
+            }
+            notified.await;
+        }
+    }
+
+    /// The leader epoch this JobManager holds (0 without an operation log).
+    pub fn leader_epoch(&self) -> u64 {
+        self.inner
+            .leader_epoch
+            .0
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Takes leader epoch `epoch` of the operation log: before any job is submitted (attempt
+    /// numbers start from it) or any TaskManager is called (it is their fencing token).
+    pub fn set_leader_epoch(&self, epoch: u64) {
+        self.inner
+            .leader_epoch
+            .0
+            .store(epoch, std::sync::atomic::Ordering::Release);
     }
 
     /// Appends events to the operation log (a no-op without one). A refused write (fenced) is
@@ -412,8 +478,12 @@ impl JobManager {
         self.perform(actions);
     }
 
-    /// Carries out actions; failures to deploy become task failures.
+    /// Carries out actions; failures to deploy become task failures. A stopped (fenced) JobManager
+    /// carries out nothing.
     fn perform(&self, actions: Vec<Action>) {
+        if self.fatal().is_some() {
+            return;
+        }
         for action in actions {
             let this = self.clone();
             match action {
@@ -491,6 +561,21 @@ impl JobManager {
                         }
                     });
                 }
+                Action::CompleteCheckpoint(mut checkpoint) => {
+                    checkpoint.completed_ms = now_ms();
+                    let conf = this
+                        .state()
+                        .jobs
+                        .get(&checkpoint.job_id)
+                        .map(|j| j.master.args.configuration.clone());
+                    if let Some(conf) = conf {
+                        tokio::spawn(async move {
+                            if let Err(e) = this.complete_checkpoint(*checkpoint, &conf).await {
+                                tracing::warn!("checkpoint could not be completed: {e}");
+                            }
+                        });
+                    }
+                }
                 Action::RestartAfter {
                     job_id,
                     delay,
@@ -506,14 +591,18 @@ impl JobManager {
     }
 
     fn restart(&self, job_id: &str, vertices: &[floe_scheduler::ExecutionVertexId]) {
-        let actions = match self.state().jobs.get_mut(job_id) {
-            Some(job) => job.master.restart(vertices),
-            None => Vec::new(),
+        let actions = {
+            let mut state = self.state();
+            let free = Self::free_slots(&state);
+            match state.jobs.get_mut(job_id) {
+                Some(job) => job.master.restart(vertices, &free),
+                None => Vec::new(),
+            }
         };
         self.perform(actions);
     }
 
-    pub(crate) async fn client(&self, address: &str) -> Result<TaskExecutorClient<Channel>, String> {
+    pub(crate) async fn client(&self, address: &str) -> Result<TaskExecutorRpc, String> {
         if let Some(c) = self
             .inner
             .clients
@@ -530,7 +619,8 @@ impl JobManager {
             .connect()
             .await
             .map_err(|e| format!("cannot connect: {e}"))?;
-        let client = TaskExecutorClient::new(channel).max_decoding_message_size(64 << 20);
+        let client = TaskExecutorClient::with_interceptor(channel, self.inner.leader_epoch.clone())
+            .max_decoding_message_size(64 << 20);
         self.inner
             .clients
             .lock()
@@ -553,6 +643,91 @@ impl JobManager {
             None => Vec::new(),
         };
         self.perform(actions);
+    }
+
+    /// A TaskManager's report of an execution's state (an RPC of its own, or a final state carried
+    /// by a heartbeat after the report did not get through).
+    async fn apply_report(&self, r: pb::TaskExecutionStateUpdate) -> Result<(), Status> {
+        let id = attempt_from_proto(r.id)?;
+        if !r.taskmanager_id.is_empty() {
+            let state = self.state();
+            let deployed_there = state
+                .jobs
+                .get(&id.job_id)
+                .and_then(|j| j.master.deployed_on(&id))
+                .is_some_and(|tm| tm == r.taskmanager_id);
+            if !deployed_there {
+                // An attempt this JobManager did not deploy there: a previous JobManager's task,
+                // reported before its TaskManager noticed the change. Its numbers may collide with
+                // an attempt of this JobManager's, so it must not count.
+                tracing::debug!(attempt = ?id, taskmanager = %r.taskmanager_id, "ignoring a report about an attempt not deployed there");
+                return Ok(());
+            }
+        }
+        let state = floe_proto::convert::execution_state(r.state)
+            .ok_or_else(|| Status::invalid_argument(format!("state: unknown execution state {}", r.state)))?;
+        // A final state arrives once by the report and maybe again on a heartbeat: the first one
+        // counts (and is logged), later ones are dropped here.
+        if state.is_terminal() {
+            let first = self
+                .state()
+                .jobs
+                .get_mut(&id.job_id)
+                .is_some_and(|j| j.master.claim_final_report(&id));
+            if !first {
+                return Ok(());
+            }
+        }
+        let produced: Vec<floe_shuffle::PartitionStats> = r
+            .produced
+            .into_iter()
+            .map(|p| floe_shuffle::PartitionStats {
+                bytes_per_subpartition: p.bytes_per_subpartition,
+            })
+            .collect();
+        let counters = r.metrics.map(|m| TaskCounters {
+            records_in: m.records_in,
+            records_out: m.records_out,
+        });
+        let error = (!r.error.is_empty()).then_some(r.error);
+        if state == ExecutionState::Failed && !r.unavailable_partitions.is_empty() {
+            let lost: Vec<floe_shuffle::ResultPartitionId> =
+                r.unavailable_partitions.into_iter().map(Into::into).collect();
+            if let Some(job) = self.state().jobs.get_mut(&id.job_id) {
+                job.master.partitions_unavailable(&lost);
+            }
+        }
+        // A finished execution with blocking results is logged before it counts: a JobManager that
+        // takes over will not run it again (remote results are in object storage; local ones are
+        // reported by the TaskManager that holds them).
+        let logged = state == ExecutionState::Finished
+            && self
+                .state()
+                .jobs
+                .get(&id.job_id)
+                .is_some_and(|j| j.master.remote_shuffle || j.master.produces_blocking(id.vertex));
+        if logged {
+            let event = crate::oplog::Event::ExecutionFinished {
+                job_id: id.job_id.clone(),
+                vertex: id.vertex.vertex.0,
+                subtask: id.vertex.subtask,
+                attempt: id.attempt,
+                produced: produced
+                    .iter()
+                    .map(|p: &floe_shuffle::PartitionStats| p.bytes_per_subpartition.clone())
+                    .collect(),
+                time_ms: now_ms(),
+            };
+            if let Err(e) = self.log(&[event]).await {
+                // Not counted: the TaskManager's next report or heartbeat tries again.
+                if let Some(job) = self.state().jobs.get_mut(&id.job_id) {
+                    job.master.release_final_report(&id);
+                }
+                return Err(Status::unavailable(format!("cannot log the finish: {e}")));
+            }
+        }
+        self.task_state(&id, state, error, produced, counters);
+        Ok(())
     }
 
     /// Cancels a job (PATCH /jobs/{id}).
@@ -765,6 +940,24 @@ impl JobManagerRpc for JobManager {
                 )
             })
             .collect();
+        // The same id from another process: the earlier one is gone (a container restarted under
+        // its pod's name). Its executions fail and its partitions are unavailable, as for any
+        // TaskManager lost; waiting for its heartbeat to time out would wait forever, the new
+        // instance heartbeats under the same id.
+        let restarted = self
+            .state()
+            .taskmanagers
+            .get(&r.taskmanager_id)
+            .is_some_and(|tm| tm.instance_id != r.instance_id);
+        if restarted {
+            self.declare_lost(
+                &r.taskmanager_id,
+                &format!(
+                    "a new instance ({}) registered under its id: the process restarted",
+                    r.instance_id
+                ),
+            );
+        }
         let mut state = self.state();
         for job in state.jobs.values_mut() {
             job.master.partitions_held(&r.taskmanager_id, &r.address, &held);
@@ -772,6 +965,7 @@ impl JobManagerRpc for JobManager {
         state.taskmanagers.insert(
             r.taskmanager_id.clone(),
             TaskManagerInfo {
+                instance_id: r.instance_id,
                 id: r.taskmanager_id,
                 address: r.address,
                 slots: r.slots,
@@ -789,6 +983,7 @@ impl JobManagerRpc for JobManager {
             jobmanager_id: self.inner.id.clone(),
             heartbeat_interval_ms: self.inner.config.heartbeat_interval.as_millis() as u64,
             heartbeat_timeout_ms: self.inner.config.heartbeat_timeout.as_millis() as u64,
+            leader_epoch: self.leader_epoch(),
         }))
     }
 
@@ -797,93 +992,72 @@ impl JobManagerRpc for JobManager {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let r = request.into_inner();
-        let mut state = self.state();
-        let Some(tm) = state.taskmanagers.get_mut(&r.taskmanager_id) else {
-            return Ok(Response::new(pb::HeartbeatResponse { known: false }));
+        let address = {
+            let mut state = self.state();
+            let Some(tm) = state.taskmanagers.get_mut(&r.taskmanager_id) else {
+                return Ok(Response::new(pb::HeartbeatResponse {
+                    known: false,
+                    leader_epoch: self.leader_epoch(),
+                }));
+            };
+            tm.last_heartbeat = Instant::now();
+            tm.buffered_bytes = r.buffered_bytes;
+            tm.buffered_bytes_peak = tm.buffered_bytes_peak.max(r.buffered_bytes_peak);
+            tm.rss_bytes = r.rss_bytes;
+            tm.rss_peak_bytes = tm.rss_peak_bytes.max(r.rss_peak_bytes);
+            let address = tm.address.clone();
+            for m in r.metrics {
+                let Ok(id) = attempt_from_proto(m.id) else {
+                    continue;
+                };
+                if let Some(job) = state.jobs.get_mut(&id.job_id) {
+                    job.master.update_counters(
+                        &id,
+                        TaskCounters {
+                            records_in: m.records_in,
+                            records_out: m.records_out,
+                        },
+                    );
+                }
+            }
+            address
         };
-        tm.last_heartbeat = Instant::now();
-        tm.buffered_bytes = r.buffered_bytes;
-        tm.buffered_bytes_peak = tm.buffered_bytes_peak.max(r.buffered_bytes_peak);
-        tm.rss_bytes = r.rss_bytes;
-        tm.rss_peak_bytes = tm.rss_peak_bytes.max(r.rss_peak_bytes);
-        for m in r.metrics {
-            let Ok(id) = attempt_from_proto(m.id) else {
+        // Final states whose report did not get through: applied as the report would have been.
+        let mut held = Vec::with_capacity(r.executions.len());
+        for mut execution in r.executions {
+            let Ok(id) = attempt_from_proto(execution.id.clone()) else {
                 continue;
             };
-            if let Some(job) = state.jobs.get_mut(&id.job_id) {
-                job.master.update_counters(
-                    &id,
-                    TaskCounters {
-                        records_in: m.records_in,
-                        records_out: m.records_out,
-                    },
-                );
+            match floe_proto::convert::execution_state(execution.state) {
+                Some(state) if state.is_terminal() => {
+                    execution.taskmanager_id = r.taskmanager_id.clone();
+                    self.apply_report(execution).await?;
+                }
+                Some(state) => held.push((id, state)),
+                None => {}
             }
         }
-        Ok(Response::new(pb::HeartbeatResponse { known: true }))
+        let actions: Vec<Action> = {
+            let mut state = self.state();
+            state
+                .jobs
+                .values_mut()
+                .filter(|j| !j.master.status.is_terminal())
+                .flat_map(|j| j.master.reconcile(&r.taskmanager_id, &address, &held))
+                .collect()
+        };
+        self.perform(actions);
+        Ok(Response::new(pb::HeartbeatResponse {
+            known: true,
+            leader_epoch: self.leader_epoch(),
+        }))
     }
 
     async fn update_task_execution_state(
         &self,
         request: Request<pb::TaskExecutionStateUpdate>,
     ) -> Result<Response<pb::Ack>, Status> {
-        let r = request.into_inner();
-        let id = attempt_from_proto(r.id)?;
-        if !r.taskmanager_id.is_empty() {
-            let state = self.state();
-            let deployed_there = state
-                .jobs
-                .get(&id.job_id)
-                .and_then(|j| j.master.deployed_on(&id))
-                .is_some_and(|tm| tm == r.taskmanager_id);
-            if !deployed_there {
-                // An attempt this JobManager did not deploy there: a previous JobManager's task,
-                // reported before its TaskManager noticed the change. Its numbers may collide with
-                // an attempt of this JobManager's, so it must not count.
-                tracing::debug!(attempt = ?id, taskmanager = %r.taskmanager_id, "ignoring a report about an attempt not deployed there");
-                return Ok(Response::new(pb::Ack {}));
-            }
-        }
-        let state = floe_proto::convert::execution_state(r.state)
-            .ok_or_else(|| Status::invalid_argument(format!("state: unknown execution state {}", r.state)))?;
-        let produced: Vec<floe_shuffle::PartitionStats> = r
-            .produced
-            .into_iter()
-            .map(|p| floe_shuffle::PartitionStats {
-                bytes_per_subpartition: p.bytes_per_subpartition,
-            })
-            .collect();
-        let counters = r.metrics.map(|m| TaskCounters {
-            records_in: m.records_in,
-            records_out: m.records_out,
-        });
-        let error = (!r.error.is_empty()).then_some(r.error);
-        // A finished execution with blocking results is logged before it counts: a JobManager that
-        // takes over will not run it again (remote results are in object storage; local ones are
-        // reported by the TaskManager that holds them).
-        let logged = state == ExecutionState::Finished
-            && self
-                .state()
-                .jobs
-                .get(&id.job_id)
-                .is_some_and(|j| j.master.remote_shuffle || j.master.produces_blocking(id.vertex));
-        if logged {
-            let event = crate::oplog::Event::ExecutionFinished {
-                job_id: id.job_id.clone(),
-                vertex: id.vertex.vertex.0,
-                subtask: id.vertex.subtask,
-                attempt: id.attempt,
-                produced: produced
-                    .iter()
-                    .map(|p: &floe_shuffle::PartitionStats| p.bytes_per_subpartition.clone())
-                    .collect(),
-                time_ms: now_ms(),
-            };
-            self.log(&[event])
-                .await
-                .map_err(|e| Status::unavailable(format!("cannot log the finish: {e}")))?;
-        }
-        self.task_state(&id, state, error, produced, counters);
+        self.apply_report(request.into_inner()).await?;
         Ok(Response::new(pb::Ack {}))
     }
 

@@ -41,7 +41,7 @@ pub enum Error {
     #[error("illegal execution state transition {from} -> {to} for {vertex} attempt {attempt}")]
     IllegalExecutionTransition {
         vertex: String,
-        attempt: u32,
+        attempt: u64,
         from: ExecutionState,
         to: ExecutionState,
     },

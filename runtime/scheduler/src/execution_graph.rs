@@ -48,7 +48,7 @@ pub struct GroupIndex(pub u32);
 /// One attempt at running a subtask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Execution {
-    pub attempt: u32,
+    pub attempt: u64,
     pub state: ExecutionState,
 }
 
@@ -107,6 +107,15 @@ pub struct ExecutionGraph {
     groups: Vec<ConsumedPartitionGroup>,
     /// Global index of subtask 0 of each JobVertex; a dense numbering of all subtasks.
     offsets: Vec<u32>,
+}
+
+/// The first attempt number a JobManager of leader epoch `epoch` gives each subtask. Attempt numbers
+/// are part of execution attempt ids and result partition ids (files, objects, reports), so they
+/// must never repeat across JobManagers of one job: each epoch numbers from `epoch << 32` (Flink
+/// makes its ExecutionAttemptID unique with a random graph id instead). Without an operation log
+/// the epoch is 0 and attempts count from 0.
+pub const fn first_attempt_of_epoch(epoch: u64) -> u64 {
+    epoch << 32
 }
 
 impl ExecutionGraph {
@@ -304,6 +313,34 @@ impl ExecutionGraph {
         self.result(partition.result).partitions[partition.partition as usize].group
     }
 
+    /// Every subtask's first attempt is numbered `first_attempt` (see [`first_attempt_of_epoch`]).
+    pub fn with_first_attempt(job_graph: JobGraph, first_attempt: u64) -> Self {
+        let mut graph = Self::new(job_graph);
+        for v in &mut graph.vertices {
+            for ev in &mut v.subtasks {
+                ev.current.attempt = first_attempt;
+            }
+        }
+        graph
+    }
+
+    /// A subtask not started yet takes over attempt number `attempt`: one that finished under an
+    /// earlier JobManager, whose partitions are named by it.
+    pub fn restore_attempt(&mut self, id: ExecutionVertexId, attempt: u64) -> Result<()> {
+        let name = self.task_name_checked(id)?;
+        let ev = &mut self.vertices[id.vertex.0 as usize].subtasks[id.subtask as usize];
+        if ev.current.state != ExecutionState::Created || !ev.prior.is_empty() {
+            return Err(Error::IllegalExecutionTransition {
+                vertex: name,
+                attempt: ev.current.attempt,
+                from: ev.current.state,
+                to: ExecutionState::Created,
+            });
+        }
+        ev.current.attempt = attempt;
+        Ok(())
+    }
+
     /// Moves the current attempt of a subtask to a new state, refusing moves seed 002 does not allow.
     pub fn transition(&mut self, id: ExecutionVertexId, to: ExecutionState) -> Result<Execution> {
         let name = self.task_name_checked(id)?;
@@ -458,6 +495,40 @@ mod tests {
             assert_eq!(g.global_index(ev.id), i);
             assert_eq!(g.vertex_at(i), ev.id);
         }
+    }
+
+    #[test]
+    fn attempt_numbers_never_repeat_across_jobmanager_epochs() {
+        let graph = || {
+            JobGraph::test()
+                .vertex("a", 2)
+                .vertex("b", 2)
+                .edge("a", "b", Partitioner::Rescale)
+                .build()
+                .unwrap()
+        };
+        let mut first = ExecutionGraph::with_first_attempt(graph(), first_attempt_of_epoch(1));
+        let mut second = ExecutionGraph::with_first_attempt(graph(), first_attempt_of_epoch(2));
+        let id = ExecutionVertexId::new(0, 1);
+        // Epoch 1 restarts its subtask many times; epoch 2 never reuses any of those numbers.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..1000 {
+            seen.insert(first.execution_vertex(id).unwrap().current.attempt);
+            first.transition(id, ExecutionState::Scheduled).unwrap();
+            first.transition(id, ExecutionState::Failed).unwrap();
+            first.new_attempt(id).unwrap();
+        }
+        assert!(!seen.contains(&second.execution_vertex(id).unwrap().current.attempt));
+        assert_eq!(second.execution_vertex(id).unwrap().current.attempt, 2 << 32);
+        // A subtask that finished under epoch 1 keeps its attempt (its partitions are named by it),
+        // but only before it ran under epoch 2.
+        second.restore_attempt(id, 7 + (1 << 32)).unwrap();
+        assert_eq!(
+            second.execution_vertex(id).unwrap().current.attempt,
+            7 + (1 << 32)
+        );
+        second.transition(id, ExecutionState::Scheduled).unwrap();
+        assert!(second.restore_attempt(id, 3).is_err());
     }
 
     #[test]

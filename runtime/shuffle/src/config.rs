@@ -25,7 +25,9 @@ use std::time::Duration;
 /// ```
 ///
 /// Bytes in flight on the network (HTTP/2 windows) and blocking partitions' write batches are not
-/// counted: the former is bounded by the credits, the latter is on its way to disk.
+/// counted: the former is bounded by the credits, the latter is on its way to disk. A stream of a
+/// remote partition (object storage) reads ranges of `buffer_size` bytes and holds one range (or
+/// one larger buffer) besides the buffers its credit allows, never its whole subpartition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShuffleConfig {
     /// Flink `taskmanager.memory.segment-size`: the size writers cut buffers to. Default 32 KiB.

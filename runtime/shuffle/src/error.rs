@@ -69,6 +69,15 @@ pub enum Error {
     NoStorage(String),
     #[error("invalid configuration {key}: {message}")]
     Config { key: String, message: String },
+    /// A consumer could not read `partition` (not found, its TaskManager gone, its file or object
+    /// missing, its producer failed): the JobManager treats it as lost, so failover restarts its
+    /// producer too rather than only the consumer, which would fail the same way again.
+    #[error("cannot read partition {partition}: {source}")]
+    PartitionUnavailable {
+        partition: crate::ResultPartitionId,
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 impl Error {
@@ -81,6 +90,15 @@ impl Error {
                 | Error::PartitionNotFound(_)
                 | Error::SubpartitionBusy { .. }
         ) || matches!(self, Error::Storage { source, .. } if source.is_retryable())
+            || matches!(self, Error::PartitionUnavailable { source, .. } if source.is_retryable())
+    }
+
+    /// The partitions this error says could not be read.
+    pub fn unavailable_partition(&self) -> Option<&crate::ResultPartitionId> {
+        match self {
+            Error::PartitionUnavailable { partition, .. } => Some(partition),
+            _ => None,
+        }
     }
 
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -61,15 +60,30 @@ enum GateState {
     Failed(String),
 }
 
-/// Barrier alignment: which channels delivered the barrier being aligned, and the buffers of those
-/// channels held back meanwhile. A held buffer's credit goes out only when the task takes it, so a
-/// blocked channel holds at most its credit's worth of buffers.
+/// What a channel delivered, as the gate orders it.
+#[derive(Debug)]
+enum ChannelItem {
+    Buffer(TrackedBuffer),
+    Barrier(u64),
+    End,
+}
+
+/// Barrier alignment (Flink's aligned checkpoints): which channels delivered the barrier being
+/// aligned, and everything those channels delivered after it, held back in arrival order.
+///
+/// A blocked channel is not read past its barrier: its later buffers, barriers and end are held
+/// and acted on only when the channel unblocks, in the order they came. So a newer barrier that
+/// arrives on a blocked channel never overtakes data sent before it; when a newer checkpoint
+/// subsumes an older alignment (the older one was aborted upstream), every channel unblocks and
+/// its held items are replayed in order, which re-blocks it at its newer barrier. A held buffer's
+/// credit goes out only when the task takes it, so a blocked channel holds at most its credit's
+/// worth of buffers.
 #[derive(Debug)]
 struct Alignment {
     checkpoint: Option<u64>,
     blocked: Vec<bool>,
     ended: Vec<bool>,
-    held: std::collections::VecDeque<(usize, TrackedBuffer)>,
+    held: std::collections::VecDeque<(usize, ChannelItem)>,
 }
 
 impl Alignment {
@@ -82,12 +96,32 @@ impl Alignment {
         }
     }
 
+    /// Channel `index` delivered `item`: held when the channel is blocked, otherwise handed back to
+    /// be acted on now.
+    fn offer(&mut self, index: usize, item: ChannelItem) -> Option<ChannelItem> {
+        if self.blocked[index] {
+            self.held.push_back((index, item));
+            None
+        } else {
+            Some(item)
+        }
+    }
+
+    /// The oldest held item of a channel that no longer blocks, to act on before anything new.
+    fn next_released(&mut self) -> Option<(usize, ChannelItem)> {
+        let at = self.held.iter().position(|(i, _)| !self.blocked[*i])?;
+        self.held.remove(at)
+    }
+
     /// Channel `index` delivered barrier `id`; `Some(id)` when that completes the alignment.
     fn barrier(&mut self, index: usize, id: u64) -> Option<u64> {
         match self.checkpoint {
             Some(current) if id < current => return None, // an aborted checkpoint's straggler
             Some(current) if id > current => {
                 // The aligned checkpoint was abandoned upstream: start over for the newer one.
+                // Channels blocked at the older barrier flow again; what they hold is replayed
+                // in order first (`next_released`), so their own newer barrier blocks them again
+                // only after the data that preceded it.
                 self.blocked.iter_mut().for_each(|b| *b = false);
                 self.checkpoint = Some(id);
             }
@@ -205,52 +239,59 @@ impl InputGate for RemoteInputGate {
                     ..
                 } => (events, credits, remaining, alignment),
             };
-            // Buffers held back during an alignment that has completed go first, in arrival order.
-            if let Some(at) = alignment.held.iter().position(|(i, _)| !alignment.blocked[*i])
-                && let Some((index, buffer)) = alignment.held.remove(at)
-            {
-                let data = buffer.into_bytes();
-                grant_credit(credits, index);
-                return Ok(Some(GateItem::Buffer(data)));
-            }
-            if *remaining == 0 && alignment.held.is_empty() {
-                self.state = GateState::Finished;
-                return Ok(None);
-            }
-            match events.recv().await {
-                Some(Event::Opened(index, sender)) => credits[index] = Some(sender),
-                Some(Event::Buffer(index, buffer)) => {
-                    if alignment.blocked[index] {
-                        alignment.held.push_back((index, buffer));
-                        continue;
+            // What channels that no longer block delivered while blocked goes first, in order.
+            let (index, item) = match alignment.next_released() {
+                Some(released) => released,
+                None => {
+                    if *remaining == 0 && alignment.held.is_empty() {
+                        self.state = GateState::Finished;
+                        return Ok(None);
                     }
+                    let (index, item) = match events.recv().await {
+                        Some(Event::Opened(index, sender)) => {
+                            credits[index] = Some(sender);
+                            continue;
+                        }
+                        Some(Event::Buffer(index, buffer)) => (index, ChannelItem::Buffer(buffer)),
+                        Some(Event::Barrier(index, id)) => (index, ChannelItem::Barrier(id)),
+                        Some(Event::End(index)) => (index, ChannelItem::End),
+                        Some(Event::Failed(error)) => {
+                            // Dropping the state aborts the other streams: the task fails as a whole.
+                            self.state = GateState::Failed(error.to_string());
+                            return Err(error);
+                        }
+                        None => {
+                            let message =
+                                "every channel stopped without reaching end of partition".to_owned();
+                            self.state = GateState::Failed(message.clone());
+                            return Err(Error::GateFailed(message));
+                        }
+                    };
+                    match alignment.offer(index, item) {
+                        Some(item) => (index, item),
+                        None => continue,
+                    }
+                }
+            };
+            match item {
+                ChannelItem::Buffer(buffer) => {
                     // Uncounted before the credit goes out, or the next buffer may arrive first.
                     let data = buffer.into_bytes();
                     grant_credit(credits, index);
                     return Ok(Some(GateItem::Buffer(data)));
                 }
-                Some(Event::Barrier(index, id)) => {
+                ChannelItem::Barrier(id) => {
                     grant_credit(credits, index);
                     if let Some(id) = alignment.barrier(index, id) {
                         return Ok(Some(GateItem::Barrier(id)));
                     }
                 }
-                Some(Event::End(index)) => {
+                ChannelItem::End => {
                     credits[index] = None;
                     *remaining -= 1;
                     if let Some(id) = alignment.end(index) {
                         return Ok(Some(GateItem::Barrier(id)));
                     }
-                }
-                Some(Event::Failed(error)) => {
-                    // Dropping the state aborts the other streams: the task fails as a whole.
-                    self.state = GateState::Failed(error.to_string());
-                    return Err(error);
-                }
-                None => {
-                    let message = "every channel stopped without reaching end of partition".to_owned();
-                    self.state = GateState::Failed(message.clone());
-                    return Err(Error::GateFailed(message));
                 }
             }
         }
@@ -260,7 +301,7 @@ impl InputGate for RemoteInputGate {
 /// Where an in-process stream's buffers come from.
 enum Source {
     Local(crate::partition::SubpartitionReader),
-    Buffers(std::collections::VecDeque<Bytes>),
+    Remote(crate::remote::RemoteSubpartitionReader),
 }
 
 impl Source {
@@ -268,7 +309,7 @@ impl Source {
         use crate::partition::ReadItem;
         match self {
             Source::Local(reader) => reader.next().await,
-            Source::Buffers(buffers) => Ok(buffers.pop_front().map_or(ReadItem::End, ReadItem::Data)),
+            Source::Remote(reader) => Ok(reader.next().await?.map_or(ReadItem::End, ReadItem::Data)),
         }
     }
 }
@@ -287,7 +328,16 @@ impl Stream {
     async fn run(self, events: mpsc::UnboundedSender<Event>) {
         if let Err(error) = self.read(&events).await {
             tracing::debug!(%error, "shuffle input channel failed");
-            let _ = events.send(Event::Failed(error));
+            let _ = events.send(Event::Failed(self.unavailable(error)));
+        }
+    }
+
+    /// A channel that failed could not read its partition: named, so failover restarts its
+    /// producer (Flink's PartitionNotFoundException).
+    fn unavailable(&self, error: Error) -> Error {
+        Error::PartitionUnavailable {
+            partition: self.partition.clone(),
+            source: Box::new(error),
         }
     }
 
@@ -296,7 +346,7 @@ impl Stream {
     async fn run_local(self, events: mpsc::UnboundedSender<Event>) {
         if let Err(error) = self.read_local(&events).await {
             tracing::debug!(%error, "local shuffle input channel failed");
-            let _ = events.send(Event::Failed(error));
+            let _ = events.send(Event::Failed(self.unavailable(error)));
         }
     }
 
@@ -324,15 +374,20 @@ impl Stream {
         let result = match &storage {
             None => Err(Error::NoStorage(self.partition.to_string())),
             Some(store) => {
-                match crate::remote::read_subpartition(store, &self.partition, self.subpartition).await {
-                    Ok(buffers) => self.pump(&events, Source::Buffers(buffers)).await,
-                    Err(e) => Err(e),
-                }
+                // Ranged reads of one buffer's size: a remote stream holds about one buffer more
+                // than its credit, never the whole subpartition.
+                let reader = crate::remote::RemoteSubpartitionReader::new(
+                    store.clone(),
+                    self.partition.clone(),
+                    self.subpartition,
+                    self.shared.config.buffer_size,
+                );
+                self.pump(&events, Source::Remote(reader)).await
             }
         };
         if let Err(error) = result {
             tracing::debug!(%error, "remote shuffle input channel failed");
-            let _ = events.send(Event::Failed(error));
+            let _ = events.send(Event::Failed(self.unavailable(error)));
         }
     }
 

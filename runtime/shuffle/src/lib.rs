@@ -41,7 +41,7 @@ pub struct ResultPartitionId {
     pub job_id: String,
     pub result: u32,
     pub partition: u32,
-    pub attempt: u32,
+    pub attempt: u64,
 }
 
 impl std::fmt::Display for ResultPartitionId {

@@ -37,6 +37,9 @@ pub trait ShuffleMaster: Send + std::fmt::Debug {
     /// `tm` is gone: returns every partition it hosted that was not already lost, sorted (the
     /// finished blocking ones among them must be produced again if still needed).
     fn taskmanager_lost(&mut self, tm: &str) -> Vec<ResultPartitionId>;
+    /// A consumer could not read `id` (its data is gone though its TaskManager may live on): it is
+    /// not available again, so failover produces it anew. Returns whether it was available.
+    fn partition_lost(&mut self, id: &ResultPartitionId) -> bool;
     /// Forgets `job_id`'s partitions; returns the addresses (sorted, distinct) of the live
     /// TaskManagers to tell to release them.
     fn release_job(&mut self, job_id: &str) -> Vec<String>;
@@ -115,6 +118,16 @@ impl ShuffleMaster for TaskManagerShuffleMaster {
             }
         }
         lost
+    }
+
+    fn partition_lost(&mut self, id: &ResultPartitionId) -> bool {
+        match self.partitions.get_mut(id) {
+            Some(info) if !info.lost => {
+                info.lost = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn release_job(&mut self, job_id: &str) -> Vec<String> {

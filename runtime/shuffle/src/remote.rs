@@ -2,9 +2,11 @@
 //! then, when the producer finishes, uploaded to object storage as one object per subpartition
 //! (`{job}/r{result}-p{partition}-a{attempt}/sp-{n}`, buffers framed by a u32 length) and deleted
 //! locally. Consumers read them from storage, not from the TaskManager, so a lost TaskManager does not
-//! lose them. Uploads and reads hold one subpartition in memory at a time.
+//! lose them. Uploads stream each subpartition in pieces of about one buffer; reads fetch ranges of
+//! one buffer's size and hand out the frames they hold ([`RemoteSubpartitionReader`]), so neither
+//! holds a whole subpartition in memory.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -112,29 +114,42 @@ impl PartitionWriter for RemoteWriter {
         let index = partition.finished().await?;
         let data_path = index.data_path.clone();
         for subpartition in 0..num_subpartitions {
-            let entries = index.entries[subpartition as usize].clone();
-            let path = data_path.clone();
-            let framed = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
-                use std::os::unix::fs::FileExt;
-                let file = std::fs::File::open(&path)?;
-                let total: u64 = entries.iter().map(|(_, len)| len + 4).sum();
-                let mut out = BytesMut::with_capacity(usize::try_from(total).map_err(std::io::Error::other)?);
-                for (offset, len) in entries {
-                    let len = usize::try_from(len).map_err(std::io::Error::other)?;
-                    let mut buffer = vec![0; len];
-                    file.read_exact_at(&mut buffer, offset)?;
-                    out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
-                    out.put_slice(&buffer);
+            let path = object_path(&id, subpartition);
+            let mut object = store.writer(&path).await.map_err(|e| storage_error(&id, e))?;
+            let entries = &index.entries[subpartition as usize];
+            // Pieces of about one buffer (at least one frame): read from the local file off the
+            // async workers, then written.
+            let mut at = 0;
+            while at < entries.len() {
+                let mut end = at + 1;
+                let mut bytes = entries[at].1 + 4;
+                while end < entries.len() && bytes + entries[end].1 + 4 <= UPLOAD_PIECE {
+                    bytes += entries[end].1 + 4;
+                    end += 1;
                 }
-                Ok(out.freeze())
-            })
-            .await
-            .map_err(|e| Error::io(&data_path, std::io::Error::other(e)))?
-            .map_err(|e| Error::io(&data_path, e))?;
-            store
-                .put(&object_path(&id, subpartition), framed)
+                let piece = entries[at..end].to_vec();
+                let file_path = data_path.clone();
+                let framed = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
+                    use std::os::unix::fs::FileExt;
+                    let file = std::fs::File::open(&file_path)?;
+                    let mut out =
+                        BytesMut::with_capacity(usize::try_from(bytes).map_err(std::io::Error::other)?);
+                    for (offset, len) in piece {
+                        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+                        let mut buffer = vec![0; len];
+                        file.read_exact_at(&mut buffer, offset)?;
+                        out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
+                        out.put_slice(&buffer);
+                    }
+                    Ok(out.freeze())
+                })
                 .await
-                .map_err(|e| storage_error(&id, e))?;
+                .map_err(|e| Error::io(&data_path, std::io::Error::other(e)))?
+                .map_err(|e| Error::io(&data_path, e))?;
+                object.write(framed).await.map_err(|e| storage_error(&id, e))?;
+                at = end;
+            }
+            object.close().await.map_err(|e| storage_error(&id, e))?;
         }
         // The data lives in storage now; the local copy is not served to anyone.
         let _ = std::fs::remove_file(&data_path);
@@ -143,36 +158,123 @@ impl PartitionWriter for RemoteWriter {
     }
 }
 
-/// Reads one subpartition of a remote partition: its buffers, in emit order.
-pub(crate) async fn read_subpartition(
-    store: &ObjectStore,
-    id: &ResultPartitionId,
-    subpartition: u32,
-) -> Result<VecDeque<Bytes>> {
-    let path = object_path(id, subpartition);
-    let object = store.get(&path).await.map_err(|e| storage_error(id, e))?;
-    let mut buffers = VecDeque::new();
-    let mut at = 0usize;
-    while at < object.len() {
-        let corrupt = || {
-            storage_error(
-                id,
-                floe_storage::Error::Corrupt {
-                    url: store.url_of(&path),
-                    reason: format!("truncated buffer frame at byte {at} of {}", object.len()),
-                },
-            )
-        };
-        let header = object.get(at..at + 4).ok_or_else(corrupt)?;
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let start = at + 4;
-        if start + len > object.len() {
-            return Err(corrupt());
+/// Bytes of frames an upload writes at a time.
+const UPLOAD_PIECE: u64 = 1 << 20;
+
+/// Reads one subpartition of a remote partition, its buffers in emit order, by ranged reads of
+/// `chunk` bytes: it holds one chunk, plus the part of a frame larger than a chunk read so far.
+/// Buffers handed out are slices of the chunk they came in (no copy).
+#[derive(Debug)]
+pub(crate) struct RemoteSubpartitionReader {
+    store: ObjectStore,
+    id: ResultPartitionId,
+    path: String,
+    size: Option<u64>,
+    /// Next byte of the object to fetch.
+    fetched: u64,
+    chunk: u64,
+    /// Fetched bytes not handed out yet (starts at a frame boundary).
+    rest: Bytes,
+}
+
+impl RemoteSubpartitionReader {
+    pub(crate) fn new(store: ObjectStore, id: ResultPartitionId, subpartition: u32, chunk: usize) -> Self {
+        RemoteSubpartitionReader {
+            path: object_path(&id, subpartition),
+            store,
+            id,
+            size: None,
+            fetched: 0,
+            chunk: chunk.max(8) as u64,
+            rest: Bytes::new(),
         }
-        buffers.push_back(object.slice(start..start + len));
-        at = start + len;
     }
-    Ok(buffers)
+
+    /// Bytes held now (for tests of the bound).
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.rest.len()
+    }
+
+    fn corrupt(&self, reason: String) -> Error {
+        storage_error(
+            &self.id,
+            floe_storage::Error::Corrupt {
+                url: self.store.url_of(&self.path),
+                reason,
+            },
+        )
+    }
+
+    /// Fetches the next chunk (or, for a frame larger than one, what completes it) onto `rest`.
+    async fn fetch(&mut self, at_least: u64) -> Result<bool> {
+        let size = match self.size {
+            Some(size) => size,
+            None => {
+                let size = self
+                    .store
+                    .size(&self.path)
+                    .await
+                    .map_err(|e| storage_error(&self.id, e))?;
+                *self.size.insert(size)
+            }
+        };
+        if self.fetched >= size {
+            return Ok(false);
+        }
+        let end = (self.fetched + self.chunk.max(at_least)).min(size);
+        let bytes = self
+            .store
+            .get_range(&self.path, self.fetched..end)
+            .await
+            .map_err(|e| storage_error(&self.id, e))?;
+        if bytes.is_empty() {
+            return Err(self.corrupt(format!("no bytes at {} of {size}", self.fetched)));
+        }
+        self.fetched += bytes.len() as u64;
+        self.rest = if self.rest.is_empty() {
+            bytes
+        } else {
+            let mut joined = BytesMut::with_capacity(self.rest.len() + bytes.len());
+            joined.put_slice(&self.rest);
+            joined.put_slice(&bytes);
+            joined.freeze()
+        };
+        Ok(true)
+    }
+
+    /// The next buffer, or `None` at the end of the subpartition.
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            if self.rest.len() >= 4 {
+                let len =
+                    u32::from_le_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]) as usize;
+                if self.rest.len() >= 4 + len {
+                    let frame = self.rest.slice(4..4 + len);
+                    self.rest = self.rest.slice(4 + len..);
+                    return Ok(Some(frame));
+                }
+                let missing = (4 + len - self.rest.len()) as u64;
+                if !self.fetch(missing).await? {
+                    return Err(self.corrupt(format!(
+                        "truncated buffer frame: {} of {} bytes at the end",
+                        self.rest.len(),
+                        4 + len
+                    )));
+                }
+                continue;
+            }
+            if !self.fetch(4).await? {
+                if self.rest.is_empty() {
+                    return Ok(None);
+                }
+                return Err(self.corrupt(format!(
+                    "truncated buffer frame header: {} bytes at the end",
+                    self.rest.len()
+                )));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +298,41 @@ mod tests {
             partition: 1,
             attempt: 0,
         }
+    }
+
+    /// Issue 11, scenario 9: a remote subpartition is read in ranges, not whole: every buffer comes
+    /// back in order, and the reader never holds more than a range plus one buffer larger than it.
+    #[tokio::test]
+    async fn a_remote_subpartition_is_read_in_bounded_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ObjectStore::open(
+            &format!("file://{}/storage", dir.path().display()),
+            &BTreeMap::new(),
+        )
+        .unwrap()
+        .scoped("shuffle");
+        let producer = env(&dir.path().join("tm-a"));
+        let mut writer = producer.create_remote_writer(id(), 1, store.clone()).unwrap();
+        let mut sent = Vec::new();
+        for i in 0..300usize {
+            // Mostly small buffers, and one much larger than a range.
+            let len = if i == 150 { 5000 } else { 1 + (i * 37) % 200 };
+            let buffer = Bytes::from((0..len).map(|k| (i + k) as u8).collect::<Vec<u8>>());
+            writer.emit(0, buffer.clone()).await.unwrap();
+            sent.push(buffer);
+        }
+        let total: u64 = sent.iter().map(|b| b.len() as u64).sum();
+        assert_eq!(writer.finish().await.unwrap().bytes_per_subpartition, [total]);
+        let chunk = 64;
+        let mut reader = RemoteSubpartitionReader::new(store, id(), 0, chunk);
+        let mut got = Vec::new();
+        let mut held = 0;
+        while let Some(buffer) = reader.next().await.unwrap() {
+            held = held.max(reader.held_bytes());
+            got.push(buffer);
+        }
+        assert_eq!(got, sent);
+        assert!(held <= chunk + 5004, "held {held} bytes at once");
     }
 
     #[tokio::test]
@@ -244,10 +381,13 @@ mod tests {
         let whole = store.get(&path).await.unwrap();
         store.put(&path, whole.slice(..whole.len() - 3)).await.unwrap();
         let mut gate = consumer.create_input_gate_with_storage(vec![channel(0)], Some(store.clone()));
-        let e = gate.next_buffer().await;
-        let e = match e {
-            Err(e) => e.to_string(),
-            Ok(_) => gate.next_buffer().await.map(|_| ()).unwrap_err().to_string(),
+        // Read in ranges: the buffers before the damage come first, then the error.
+        let e = loop {
+            match gate.next_buffer().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("a truncated object was read to its end"),
+                Err(e) => break e.to_string(),
+            }
         };
         assert!(e.contains("truncated") && e.contains("sp-0"), "{e}");
     }

@@ -196,6 +196,49 @@ async fn a_taskmanagers_own_partitions_are_read_in_process_with_the_same_guarant
     assert_eq!(env.buffered_bytes(), 0);
 }
 
+/// Issue 11, scenario 1: checkpoint 1 is abandoned while channel 0 aligns it (channel 1 never sends
+/// barrier 1: its source declined the trigger), and checkpoint 2 follows. Channel 0 sent
+/// `barrier 1, d1, barrier 2`: d1 is before barrier 2 on its channel, so the task must see it
+/// before it snapshots checkpoint 2; otherwise a restore from 2 (whose source positions are past d1)
+/// never processes d1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_barrier_never_overtakes_data_held_by_an_abandoned_alignment() {
+    use floe_shuffle::GateItem;
+    let dir = tempfile::tempdir().unwrap();
+    let env = environment(&dir, |_| {});
+    let address = "127.0.0.1:1".to_string();
+    env.set_local_address(&address);
+    let (p0, p1) = (partition_id("job-align", 0, 0), partition_id("job-align", 0, 1));
+    let mut gate = env.create_input_gate(vec![spec(&p0, &address, 0..1), spec(&p1, &address, 0..1)]);
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(item) = gate.next().await.unwrap() {
+            seen.push(match item {
+                GateItem::Buffer(b) => String::from_utf8(b.to_vec()).unwrap(),
+                GateItem::Barrier(n) => format!("barrier {n}"),
+            });
+        }
+        seen
+    });
+    let mut w0 = env.create_writer(p0, 1, PartitionKind::Pipelined).unwrap();
+    let mut w1 = env.create_writer(p1, 1, PartitionKind::Pipelined).unwrap();
+    w0.emit_barrier(1).await.unwrap();
+    w0.emit(0, Bytes::from_static(b"d1")).await.unwrap();
+    w0.emit_barrier(2).await.unwrap();
+    // Everything of channel 0 reaches the gate before channel 1's barrier 2.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    w1.emit_barrier(2).await.unwrap();
+    w1.emit(0, Bytes::from_static(b"e1")).await.unwrap();
+    w0.finish().await.unwrap();
+    w1.finish().await.unwrap();
+    let seen = reader.await.unwrap();
+    assert_eq!(
+        seen,
+        vec!["d1", "barrier 2", "e1"],
+        "d1 precedes barrier 2 on its channel; abandoned checkpoint 1 is never yielded"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_consumer_backpressures_the_producer_within_the_memory_bound() {
     let (producer_dir, consumer_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

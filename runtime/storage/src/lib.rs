@@ -236,6 +236,41 @@ impl ObjectStore {
             .map_err(|e| self.io(path, e))
     }
 
+    /// Reads bytes `range` of an object (fewer at its end).
+    pub async fn get_range(&self, path: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
+        self.op
+            .read_with(&self.full(path))
+            .range(range)
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// An object's size in bytes; [`Error::NotFound`] names it when it is missing.
+    pub async fn size(&self, path: &str) -> Result<u64> {
+        self.op
+            .stat(&self.full(path))
+            .await
+            .map(|m| m.content_length())
+            .map_err(|e| self.io(path, e))
+    }
+
+    /// Writes an object piece by piece (multipart on S3), replacing any previous one: only the
+    /// pieces in flight are held in memory. The object exists once [`ObjectWriter::close`]
+    /// returned.
+    pub async fn writer(&self, path: &str) -> Result<ObjectWriter> {
+        let writer = self
+            .op
+            .writer(&self.full(path))
+            .await
+            .map_err(|e| self.io(path, e))?;
+        Ok(ObjectWriter {
+            store: self.clone(),
+            path: path.to_string(),
+            writer,
+        })
+    }
+
     /// Reads an object, or `None` when it is missing.
     pub async fn get_opt(&self, path: &str) -> Result<Option<Bytes>> {
         match self.get(path).await {
@@ -284,6 +319,37 @@ impl ObjectStore {
     /// The opendal operator and the full path of `path`, for streaming reads and writes.
     pub fn raw(&self, path: &str) -> (Operator, String) {
         (self.op.clone(), self.full(path))
+    }
+}
+
+/// A streaming write of one object ([`ObjectStore::writer`]); errors name the object.
+pub struct ObjectWriter {
+    store: ObjectStore,
+    path: String,
+    writer: opendal::Writer,
+}
+
+impl std::fmt::Debug for ObjectWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectWriter").field("path", &self.path).finish()
+    }
+}
+
+impl ObjectWriter {
+    pub async fn write(&mut self, bytes: impl Into<Bytes>) -> Result<()> {
+        let bytes: Bytes = bytes.into();
+        self.writer
+            .write(bytes)
+            .await
+            .map_err(|e| self.store.io(&self.path, e))
+    }
+
+    pub async fn close(mut self) -> Result<()> {
+        self.writer
+            .close()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store.io(&self.path, e))
     }
 }
 

@@ -1,0 +1,79 @@
+//! The `TaskExecutor` service the JobManager calls: deploy, cancel, trigger checkpoints, notify
+//! their completion, release partitions. Every call passes the leader-epoch fence first.
+
+use floe_datastream::checkpoint::Control;
+use floe_proto::v1::task_executor_server::TaskExecutor;
+use floe_proto::v1::{self as pb};
+use tonic::{Request, Response, Status};
+
+use crate::tasks::key;
+use crate::{TaskManager, lock};
+
+#[tonic::async_trait]
+impl TaskExecutor for TaskManager {
+    async fn submit_task(&self, request: Request<pb::TaskDeployment>) -> Result<Response<pb::Ack>, Status> {
+        self.inner.fence.admit_request(&request)?;
+        self.start_task(request.into_inner())?;
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::ExecutionAttemptId>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        self.inner.fence.admit_request(&request)?;
+        let id = request.into_inner();
+        if let Some(canceled) = self.cancel(&id) {
+            self.finish(canceled);
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn trigger_checkpoint(
+        &self,
+        request: Request<pb::TriggerCheckpointRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        self.inner.fence.admit_request(&request)?;
+        let r = request.into_inner();
+        let id =
+            r.id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
+        let sent = lock(&self.inner.tasks)
+            .get(&key(&id))
+            .and_then(|t| t.control.as_ref())
+            .is_some_and(|c| c.send(Control::Trigger(r.checkpoint)).is_ok());
+        if !sent {
+            return Err(Status::not_found(format!(
+                "no running checkpointed task {}#{} attempt {} of job {}",
+                id.vertex, id.subtask, id.attempt, id.job_id
+            )));
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn notify_checkpoint_complete(
+        &self,
+        request: Request<pb::CheckpointCompleteRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        self.inner.fence.admit_request(&request)?;
+        let r = request.into_inner();
+        for ((job_id, ..), task) in lock(&self.inner.tasks).iter() {
+            if *job_id == r.job_id
+                && let Some(control) = &task.control
+            {
+                let _ = control.send(Control::Complete(r.checkpoint));
+            }
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
+    async fn release_partitions(
+        &self,
+        request: Request<pb::ReleasePartitionsRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        self.inner.fence.admit_request(&request)?;
+        let job_id = request.into_inner().job_id;
+        self.inner.shuffle.release_job(&job_id);
+        lock(&self.inner.jobs).remove(&job_id);
+        Ok(Response::new(pb::Ack {}))
+    }
+}

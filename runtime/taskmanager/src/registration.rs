@@ -1,0 +1,136 @@
+//! Registration with the JobManager and heartbeats: the registration request (with the finished
+//! partitions held), the heartbeat loop (metrics, buffers, memory, and every execution held, so the
+//! JobManager reconciles both ways), and dropping everything when a JobManager no longer knows
+//! this TaskManager.
+
+use std::time::Duration;
+
+use floe_proto::v1::job_manager_client::JobManagerClient;
+use floe_proto::v1::{self as pb};
+use tonic::transport::Channel;
+
+use crate::tasks::TaskEntry;
+use crate::{Error, Result, TaskManager, lock, rss_bytes};
+
+pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Channel>> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let endpoint = Channel::from_shared(format!("http://{address}"))
+        .map_err(|e| Error::JobManagerUnreachable {
+            address: address.into(),
+            message: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(2));
+    loop {
+        match endpoint.connect().await {
+            Ok(ch) => return Ok(JobManagerClient::new(ch)),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(Error::JobManagerUnreachable {
+                    address: address.into(),
+                    message: e.to_string(),
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+impl TaskManager {
+    /// The registration request, with the finished partitions held right now.
+    pub(crate) fn registration(
+        &self,
+        base: &pb::RegisterTaskManagerRequest,
+    ) -> pb::RegisterTaskManagerRequest {
+        let (held_ids, held) = self
+            .inner
+            .shuffle
+            .finished_partitions()
+            .into_iter()
+            .map(|(id, stats)| {
+                (
+                    pb::ResultPartitionId::from(id.clone()),
+                    pb::PartitionStats {
+                        result: id.result,
+                        partition: id.partition,
+                        bytes_per_subpartition: stats.bytes_per_subpartition,
+                    },
+                )
+            })
+            .unzip();
+        pb::RegisterTaskManagerRequest {
+            held_ids,
+            held,
+            ..base.clone()
+        }
+    }
+
+    /// Aborts every task and releases every job's unfinished partitions: what a TaskManager does
+    /// when the JobManager it worked for no longer knows it.
+    pub(crate) fn forget_all(&self) {
+        let tasks: Vec<TaskEntry> = lock(&self.inner.tasks).drain().map(|(_, t)| t).collect();
+        for t in &tasks {
+            t.abort.abort();
+        }
+        let jobs: Vec<String> = lock(&self.inner.jobs).drain().map(|(id, _)| id).collect();
+        // Finished blocking partitions stay: the next JobManager is told about them at registration
+        // and need not run their producers again.
+        self.inner.shuffle.release_unfinished();
+        if !tasks.is_empty() || !jobs.is_empty() {
+            tracing::info!(
+                tasks = tasks.len(),
+                jobs = jobs.len(),
+                "dropped the work of the previous JobManager"
+            );
+        }
+    }
+
+    /// Heartbeats every `interval` until the process ends; registers again (after dropping all
+    /// work) when the JobManager does not know this TaskManager.
+    pub(crate) fn spawn_heartbeats(&self, register: pb::RegisterTaskManagerRequest, interval: Duration) {
+        let beat = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            loop {
+                tick.tick().await;
+                let (rss, rss_peak) = rss_bytes();
+                let (metrics, executions, reported) = beat.heartbeat_payload();
+                let request = pb::HeartbeatRequest {
+                    taskmanager_id: beat.inner.id.clone(),
+                    metrics,
+                    executions,
+                    buffered_bytes: beat.inner.shuffle.buffered_bytes(),
+                    buffered_bytes_peak: beat.inner.shuffle.peak_buffered_bytes(),
+                    rss_bytes: rss,
+                    rss_peak_bytes: rss_peak,
+                };
+                let answer = beat.inner.jobmanager.clone().heartbeat(request).await;
+                if let Ok(r) = &answer
+                    && let Err(refused) = beat.inner.fence.admit(r.get_ref().leader_epoch)
+                {
+                    tracing::warn!("heartbeat answered by an older JobManager: {}", refused.message());
+                }
+                match answer {
+                    Ok(r) if !r.get_ref().known => {
+                        // A new JobManager (the old one died) or one that declared this TaskManager lost:
+                        // either way nobody tracks the tasks running here any more.
+                        tracing::warn!(
+                            "JobManager does not know this TaskManager; dropping its tasks and registering again"
+                        );
+                        beat.forget_all();
+                        if let Ok(r) = beat
+                            .inner
+                            .jobmanager
+                            .clone()
+                            .register_task_manager(beat.registration(&register))
+                            .await
+                        {
+                            let _ = beat.inner.fence.admit(r.get_ref().leader_epoch);
+                        }
+                    }
+                    // The JobManager applied the final states this heartbeat carried.
+                    Ok(_) => beat.acknowledged(&reported),
+                    Err(e) => tracing::warn!("heartbeat failed: {e}"),
+                }
+            }
+        });
+    }
+}

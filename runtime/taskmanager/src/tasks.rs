@@ -1,0 +1,207 @@
+//! The task table: every execution this TaskManager holds, from its deployment until the
+//! JobManager has its final state. A final report that does not get through stays in the table and
+//! rides on every heartbeat until the JobManager has applied it (Flink keeps a task in its slot
+//! table until its final state is acknowledged), so a lost report never leaves a job waiting.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use floe_datastream::TaskMetrics;
+use floe_datastream::checkpoint::Control;
+use floe_proto::v1::{self as pb};
+use floe_scheduler::ExecutionState;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::{TaskManager, lock};
+
+/// Task identity as the map key: job, vertex, subtask, attempt.
+pub(crate) type AttemptKey = (String, u32, u32, u64);
+
+pub(crate) fn key(id: &pb::ExecutionAttemptId) -> AttemptKey {
+    (id.job_id.clone(), id.vertex, id.subtask, id.attempt)
+}
+
+fn attempt_id((job_id, vertex, subtask, attempt): &AttemptKey) -> pb::ExecutionAttemptId {
+    pb::ExecutionAttemptId {
+        job_id: job_id.clone(),
+        vertex: *vertex,
+        subtask: *subtask,
+        attempt: *attempt,
+    }
+}
+
+/// One execution held here.
+#[derive(Debug)]
+pub(crate) struct TaskEntry {
+    pub abort: AbortHandle,
+    pub metrics: Arc<TaskMetrics>,
+    /// Checkpointing tasks: barrier triggers and completions go here.
+    pub control: Option<mpsc::UnboundedSender<Control>>,
+    /// The last state reported (or being reported).
+    pub state: ExecutionState,
+    /// Set once the execution ended: its final report, until the JobManager has it.
+    pub final_report: Option<pb::TaskExecutionStateUpdate>,
+}
+
+/// Backoff between attempts at a final report; heartbeats carry it meanwhile.
+const REPORT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+impl TaskManager {
+    /// This TaskManager's report of `id` reaching `state`.
+    pub(crate) fn update(
+        &self,
+        id: &pb::ExecutionAttemptId,
+        state: ExecutionState,
+        error: String,
+        produced: Vec<pb::PartitionStats>,
+        metrics: Option<&TaskMetrics>,
+    ) -> pb::TaskExecutionStateUpdate {
+        pb::TaskExecutionStateUpdate {
+            taskmanager_id: self.inner.id.clone(),
+            id: Some(id.clone()),
+            state: pb::ExecutionStateProto::from(state) as i32,
+            error,
+            produced,
+            metrics: metrics.map(|m| pb::TaskMetrics {
+                id: Some(id.clone()),
+                records_in: m.records_in.load(Ordering::Relaxed),
+                records_out: m.records_out.load(Ordering::Relaxed),
+            }),
+            unavailable_partitions: Vec::new(),
+        }
+    }
+
+    /// Reports a live state (INITIALIZING, RUNNING). The table keeps it, so if every attempt to
+    /// send it fails the next heartbeat tells the JobManager instead.
+    pub(crate) async fn report(&self, id: &pb::ExecutionAttemptId, state: ExecutionState) {
+        if let Some(entry) = lock(&self.inner.tasks).get_mut(&key(id)) {
+            entry.state = state;
+        }
+        let update = self.update(id, state, String::new(), Vec::new(), None);
+        for attempt in 0..3 {
+            match self
+                .inner
+                .jobmanager
+                .clone()
+                .update_task_execution_state(update.clone())
+                .await
+            {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(attempt, "reporting {state} failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+
+    /// An execution ended: its final report goes into the table, then to the JobManager, retried
+    /// until it gets through or a heartbeat carried it; only then does the entry go.
+    pub(crate) fn finish(&self, report: pb::TaskExecutionStateUpdate) {
+        let Some(id) = report.id.clone() else {
+            return;
+        };
+        let k = key(&id);
+        {
+            let mut tasks = lock(&self.inner.tasks);
+            // Gone: dropped with the work of a JobManager that no longer knows this TaskManager.
+            let Some(entry) = tasks.get_mut(&k) else {
+                return;
+            };
+            entry.final_report = Some(report.clone());
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut backoff = Duration::from_millis(100);
+            loop {
+                // Still ours to report (a heartbeat may have delivered it meanwhile)?
+                if !lock(&this.inner.tasks)
+                    .get(&k)
+                    .is_some_and(|e| e.final_report.is_some())
+                {
+                    return;
+                }
+                match this
+                    .inner
+                    .jobmanager
+                    .clone()
+                    .update_task_execution_state(report.clone())
+                    .await
+                {
+                    Ok(_) => {
+                        lock(&this.inner.tasks).remove(&k);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(task = ?k, "final report failed, retrying (heartbeats carry it too): {e}");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(REPORT_BACKOFF_MAX);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Aborts a running execution for a cancel; its CANCELED report, or `None` when it is not
+    /// held or already ended.
+    pub(crate) fn cancel(&self, id: &pb::ExecutionAttemptId) -> Option<pb::TaskExecutionStateUpdate> {
+        let metrics = {
+            let tasks = lock(&self.inner.tasks);
+            let entry = tasks.get(&key(id)).filter(|e| e.final_report.is_none())?;
+            entry.abort.abort();
+            entry.metrics.clone()
+        };
+        Some(self.update(
+            id,
+            ExecutionState::Canceled,
+            String::new(),
+            Vec::new(),
+            Some(&metrics),
+        ))
+    }
+
+    /// What a heartbeat carries: counters of live executions, every execution held (final ones
+    /// with their whole report), and the keys of those final ones.
+    pub(crate) fn heartbeat_payload(
+        &self,
+    ) -> (
+        Vec<pb::TaskMetrics>,
+        Vec<pb::TaskExecutionStateUpdate>,
+        Vec<AttemptKey>,
+    ) {
+        let tasks = lock(&self.inner.tasks);
+        let mut metrics = Vec::new();
+        let mut executions = Vec::with_capacity(tasks.len());
+        let mut finals = Vec::new();
+        for (k, entry) in tasks.iter() {
+            match &entry.final_report {
+                Some(report) => {
+                    executions.push(report.clone());
+                    finals.push(k.clone());
+                }
+                None => {
+                    let id = attempt_id(k);
+                    metrics.push(pb::TaskMetrics {
+                        id: Some(id.clone()),
+                        records_in: entry.metrics.records_in.load(Ordering::Relaxed),
+                        records_out: entry.metrics.records_out.load(Ordering::Relaxed),
+                    });
+                    executions.push(self.update(&id, entry.state, String::new(), Vec::new(), None));
+                }
+            }
+        }
+        (metrics, executions, finals)
+    }
+
+    /// The JobManager answered a heartbeat that carried these final reports: it has them.
+    pub(crate) fn acknowledged(&self, reported: &[AttemptKey]) {
+        let mut tasks = lock(&self.inner.tasks);
+        for k in reported {
+            if tasks.get(k).is_some_and(|e| e.final_report.is_some()) {
+                tasks.remove(k);
+            }
+        }
+    }
+}
