@@ -105,6 +105,18 @@ fn manifest(dir: &Path, input: &Path, output: &Path) -> PathBuf {
     path
 }
 
+/// How a process exited, within 20 s.
+fn exit_status(process: &mut Proc, what: &str) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = process.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn leader_epochs(dir: &Path) -> usize {
     std::fs::read_dir(dir.join("storage/default/wordcount/leader"))
         .unwrap()
@@ -131,17 +143,7 @@ fn a_second_jobmanager_fences_the_first() {
     // The old leader acts (a cancel changes its job's status) and must log it first: refused.
     let id = job_a["jid"].as_str().unwrap();
     common::http("PATCH", &rest_a, &format!("/jobs/{id}"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = a.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the fenced JobManager did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_status(&mut a, "the fenced JobManager did not exit");
     assert_eq!(status.code(), Some(1));
     let log = std::fs::read_to_string(dir.join("jm-a.log")).unwrap();
     assert!(
@@ -612,17 +614,10 @@ fn a_fenced_jobmanager_stops_at_its_next_checkpoint_whose_metadata_is_never_rest
     // B takes epoch 2 (it has no TaskManager: its job waits for slots). A's tasks go on
     // checkpointing; A's next CheckpointCompleted append is refused, and A must stop there.
     let (_b, _, _) = jobmanager(&manifest, &dir.join("jm-b.log"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = a.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the fenced JobManager of a RUNNING job did not stop at its next checkpoint"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_status(
+        &mut a,
+        "the fenced JobManager of a RUNNING job did not stop at its next checkpoint",
+    );
     assert_eq!(status.code(), Some(1));
     let log = std::fs::read_to_string(dir.join("jm-a.log")).unwrap();
     assert!(log.contains("JobManager of epoch 1 was fenced"), "{log}");

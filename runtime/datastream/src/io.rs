@@ -150,10 +150,15 @@ impl SplitReader {
             }
             offset += len;
         }
+        SplitReader::of(loc, files, 0, chunk)
+    }
+
+    /// A reader of `files` at the start of file `file`.
+    fn of(loc: Location, files: Vec<(String, u64, u64, u64)>, file: usize, chunk: usize) -> Self {
         let mut reader = SplitReader {
             loc,
             files,
-            file: 0,
+            file,
             pos: 0,
             line_start: 0,
             skipping: false,
@@ -229,21 +234,12 @@ impl SplitReader {
                 position.split.len()
             ));
         }
-        let mut reader = SplitReader {
-            loc,
-            files: position
-                .split
-                .iter()
-                .map(|f| (f.path.clone(), f.len, f.start, f.end))
-                .collect(),
-            file: position.file,
-            pos: 0,
-            line_start: 0,
-            skipping: false,
-            carry: Vec::new(),
-            chunk: chunk.max(1),
-        };
-        reader.start_file();
+        let files = position
+            .split
+            .iter()
+            .map(|f| (f.path.clone(), f.len, f.start, f.end))
+            .collect();
+        let mut reader = SplitReader::of(loc, files, position.file, chunk);
         if reader.file < reader.files.len() {
             reader.pos = position.line;
             reader.line_start = position.line;

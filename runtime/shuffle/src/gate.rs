@@ -301,7 +301,7 @@ impl InputGate for RemoteInputGate {
 /// Where an in-process stream's buffers come from.
 enum Source {
     Local(crate::partition::SubpartitionReader),
-    Remote(crate::remote::RemoteSubpartitionReader),
+    Remote(Box<crate::remote::RemoteSubpartitionReader>),
 }
 
 impl Source {
@@ -382,7 +382,7 @@ impl Stream {
                     self.subpartition,
                     self.shared.config.buffer_size,
                 );
-                self.pump(&events, Source::Remote(reader)).await
+                self.pump(&events, Source::Remote(Box::new(reader))).await
             }
         };
         if let Err(error) = result {

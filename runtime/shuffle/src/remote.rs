@@ -291,6 +291,13 @@ mod tests {
         .unwrap()
     }
 
+    /// The `shuffle/` prefix of job storage under `dir`.
+    fn shuffle_store(dir: &std::path::Path) -> ObjectStore {
+        ObjectStore::open(&format!("file://{}/storage", dir.display()), &BTreeMap::new())
+            .unwrap()
+            .scoped("shuffle")
+    }
+
     fn id() -> ResultPartitionId {
         ResultPartitionId {
             job_id: "job1".into(),
@@ -305,12 +312,7 @@ mod tests {
     #[tokio::test]
     async fn a_remote_subpartition_is_read_in_bounded_ranges() {
         let dir = tempfile::tempdir().unwrap();
-        let store = ObjectStore::open(
-            &format!("file://{}/storage", dir.path().display()),
-            &BTreeMap::new(),
-        )
-        .unwrap()
-        .scoped("shuffle");
+        let store = shuffle_store(dir.path());
         let producer = env(&dir.path().join("tm-a"));
         let mut writer = producer.create_remote_writer(id(), 1, store.clone()).unwrap();
         let mut sent = Vec::new();
@@ -338,12 +340,7 @@ mod tests {
     #[tokio::test]
     async fn a_remote_partition_is_read_from_storage_after_its_producer_is_gone() {
         let dir = tempfile::tempdir().unwrap();
-        let store = ObjectStore::open(
-            &format!("file://{}/storage", dir.path().display()),
-            &BTreeMap::new(),
-        )
-        .unwrap()
-        .scoped("shuffle");
+        let store = shuffle_store(dir.path());
         let producer = env(&dir.path().join("tm-a"));
         let mut writer = producer.create_remote_writer(id(), 2, store.clone()).unwrap();
         for i in 0..5u8 {

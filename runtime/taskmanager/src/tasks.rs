@@ -117,9 +117,9 @@ impl TaskManager {
             let mut backoff = Duration::from_millis(100);
             loop {
                 // Still ours to report (a heartbeat may have delivered it meanwhile)?
-                if !lock(&this.inner.tasks)
+                if lock(&this.inner.tasks)
                     .get(&k)
-                    .is_some_and(|e| e.final_report.is_some())
+                    .is_none_or(|e| e.final_report.is_none())
                 {
                     return;
                 }
