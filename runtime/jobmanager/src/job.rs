@@ -895,7 +895,8 @@ impl JobMaster {
         let mut gone = Vec::new();
         for (v, attempt, state) in started_here {
             let key = (v, attempt);
-            if held.contains(&key) {
+            // Its final report is being applied: the TaskManager may already have let it go.
+            if held.contains(&key) || self.final_reports.contains(&key) {
                 self.missing_once.remove(&key);
             } else if !self.missing_once.insert(key) {
                 self.missing_once.remove(&key);
@@ -1314,6 +1315,14 @@ mod tests {
             job.graph.execution_vertex(ev(0, 1)).unwrap().current.state,
             ExecutionState::Failed
         );
+        // source#0's final report is being applied (its log append in flight) and its TaskManager
+        // already let it go: not missing.
+        let source0 = job.attempt_id(ev(0, 0));
+        assert!(job.claim_final_report(&source0));
+        assert!(!job.claim_final_report(&source0), "one final report applies");
+        for _ in 0..3 {
+            assert!(job.reconcile("tm0", "addr0", &[]).is_empty());
+        }
         // source#3's INITIALIZING and RUNNING reports were lost: the heartbeat catches up.
         let running3 = (job.attempt_id(ev(0, 3)), ExecutionState::Running);
         assert!(job.reconcile("tm1", "addr1", &[running3]).is_empty());

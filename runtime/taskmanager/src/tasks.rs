@@ -115,14 +115,10 @@ impl TaskManager {
         let this = self.clone();
         tokio::spawn(async move {
             let mut backoff = Duration::from_millis(100);
+            // Until the JobManager answers, even if a heartbeat carried the report meanwhile: that
+            // heartbeat may have met this report being applied, and the apply may still fail. A
+            // JobManager that does not know the attempt answers too (it ignores the report).
             loop {
-                // Still ours to report (a heartbeat may have delivered it meanwhile)?
-                if lock(&this.inner.tasks)
-                    .get(&k)
-                    .is_none_or(|e| e.final_report.is_none())
-                {
-                    return;
-                }
                 match this
                     .inner
                     .jobmanager
@@ -131,7 +127,10 @@ impl TaskManager {
                     .await
                 {
                     Ok(_) => {
-                        lock(&this.inner.tasks).remove(&k);
+                        let mut tasks = lock(&this.inner.tasks);
+                        if tasks.get(&k).is_some_and(|e| e.final_report.is_some()) {
+                            tasks.remove(&k);
+                        }
                         return;
                     }
                     Err(e) => {
