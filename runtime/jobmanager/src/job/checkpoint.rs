@@ -1,0 +1,128 @@
+//! A job's checkpoints as the JobMaster sees them: resume, trigger (with finished tasks, FLIP-147),
+//! acknowledgements, and completion, which a restart waits for while its log append is in flight.
+
+use super::*;
+
+impl JobMaster {
+    /// Continue after `latest` (read from the job storage; `None`: a fresh start).
+    pub fn resume_checkpoints(&mut self, latest: Option<CompletedCheckpoint>) {
+        let (tasks, sources) = checkpoint_tasks(&self.graph);
+        if let Some(c) = self.checkpoints.as_mut() {
+            if let Some(l) = &latest {
+                tracing::info!(job = %self.id, checkpoint = l.id, "the job restores from its latest checkpoint");
+            }
+            c.resume_from(&self.id, tasks, sources, latest);
+        }
+    }
+
+    /// Sources to send barrier `n` to, when checkpoint `n` is due: (address, attempt).
+    pub fn trigger_checkpoint(&mut self, now_ms: u64) -> Option<(u64, Vec<(String, AttemptId)>)> {
+        if self.status != JobStatus::Running {
+            return None;
+        }
+        // Finished tasks do not stop checkpoints (FLIP-147): sources that reached the end of their
+        // input wait for a checkpoint to complete before they finish.
+        let all_running = self.graph.execution_vertices().all(|e| {
+            matches!(
+                e.current.state,
+                ExecutionState::Running | ExecutionState::Finished
+            )
+        });
+        let finished: Vec<String> = self
+            .graph
+            .execution_vertices()
+            .filter(|e| e.current.state == ExecutionState::Finished)
+            .map(|e| self.graph.task_name(e.id))
+            .collect();
+        let (id, sources) = self
+            .checkpoints
+            .as_mut()?
+            .maybe_trigger(now_ms, all_running, &finished)?;
+        self.checkpoint_lineage = (id, self.restarts);
+        let targets = self
+            .graph
+            .execution_vertices()
+            .filter(|e| sources.contains(&self.graph.task_name(e.id)))
+            .filter_map(|e| {
+                let slot = self.location[self.graph.global_index(e.id)].as_ref()?;
+                Some((slot.address.clone(), self.attempt_id(e.id)))
+            })
+            .collect();
+        Some((id, targets))
+    }
+
+    /// A task acknowledged checkpoint `checkpoint`; `Some` when it completed (write the metadata).
+    pub fn acknowledge_checkpoint(
+        &mut self,
+        id: &AttemptId,
+        checkpoint: u64,
+        snapshot: TaskSnapshot,
+        now_ms: u64,
+    ) -> Option<CompletedCheckpoint> {
+        if !self.is_current(id) {
+            return None;
+        }
+        let task = self.graph.task_name(id.vertex);
+        self.checkpoints
+            .as_mut()?
+            .acknowledge(checkpoint, &task, snapshot, now_ms)
+    }
+
+    /// Checkpoint `checkpoint` cannot go on (its id could not be claimed).
+    pub fn abort_checkpoint(&mut self, checkpoint: u64, why: &str) {
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.abort(Some(checkpoint), why);
+        }
+    }
+
+    pub fn decline_checkpoint(&mut self, id: &AttemptId, checkpoint: u64, reason: &str) {
+        if self.is_current(id)
+            && let Some(c) = self.checkpoints.as_mut()
+        {
+            let why = format!("{} declined: {reason}", self.graph.task_name(id.vertex));
+            c.abort(Some(checkpoint), &why);
+        }
+    }
+
+    /// Whether completed checkpoint `id` still describes the running attempts (no restart since it
+    /// was triggered).
+    pub fn checkpoint_is_current(&self, id: u64) -> bool {
+        self.status == JobStatus::Running && self.checkpoint_lineage == (id, self.restarts)
+    }
+
+    /// The metadata of checkpoint `id` is written and the log append that completes it starts:
+    /// `false` if a restart happened since it was triggered (it is dropped). Until
+    /// [`JobMaster::checkpoint_completed`] or [`JobMaster::checkpoint_not_logged`], restarts wait,
+    /// so no attempt restores from an older checkpoint than one the log then records.
+    pub fn begin_checkpoint_completion(&mut self, id: u64) -> bool {
+        if !self.checkpoint_is_current(id) {
+            return false;
+        }
+        self.checkpoint_completing = Some(id);
+        true
+    }
+
+    /// The completing append failed: the checkpoint does not count, restarts go on.
+    pub fn checkpoint_not_logged(&mut self) {
+        self.checkpoint_completing = None;
+    }
+
+    /// Checkpoint metadata is written and logged: returns what retention drops and the
+    /// TaskManagers to notify.
+    pub fn checkpoint_completed(&mut self, checkpoint: CompletedCheckpoint) -> (Subsumed, Vec<String>) {
+        self.checkpoint_completing = None;
+        let Some(c) = self.checkpoints.as_mut() else {
+            return (Subsumed::default(), Vec::new());
+        };
+        let subsumed = c.completed(checkpoint);
+        let addresses = self
+            .location
+            .iter()
+            .flatten()
+            .map(|s| s.address.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        (subsumed, addresses)
+    }
+}

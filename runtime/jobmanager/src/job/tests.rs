@@ -1,0 +1,385 @@
+//! The JobMaster's reactions, event by event, on the seed example (Source(4) -> Map(4) ->
+//! Reduce(3)) and its streaming variant.
+
+use super::*;
+use floe_scheduler::BatchShuffleMode;
+
+fn seed_job() -> JobMaster {
+    let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
+    let mut conf = BTreeMap::new();
+    conf.insert(
+        "restart-strategy.fixed-delay.attempts".to_string(),
+        "2".to_string(),
+    );
+    let args = JobArgs {
+        name: "seed".into(),
+        args: Vec::new(),
+        configuration: conf,
+    };
+    JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap()
+}
+
+fn slots() -> Vec<SlotRef> {
+    (0..2)
+        .flat_map(|tm| {
+            (0..3).map(move |slot| SlotRef {
+                taskmanager: format!("tm{tm}"),
+                address: format!("addr{tm}"),
+                slot,
+            })
+        })
+        .collect()
+}
+
+fn deployed(actions: &[Action], job: &JobMaster) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deploy { deployment, .. } => Some(job.graph.task_name(deployment.id.vertex)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn report(job: &mut JobMaster, v: ExecutionVertexId, state: ExecutionState) -> Vec<Action> {
+    let id = job.attempt_id(v);
+    job.on_task_state(&id, state, None, Vec::new(), None)
+}
+
+fn finish(job: &mut JobMaster, v: ExecutionVertexId) -> Vec<Action> {
+    report(job, v, ExecutionState::Initializing);
+    report(job, v, ExecutionState::Running);
+    report(job, v, ExecutionState::Finished)
+}
+
+fn ev(v: u32, s: u32) -> ExecutionVertexId {
+    ExecutionVertexId::new(v, s)
+}
+
+/// Issue 11, scenario 4: heartbeats carry what a TaskManager holds; the JobMaster fails what
+/// vanished without a report and cancels what should not run there.
+#[test]
+fn heartbeats_reconcile_executions_both_ways() {
+    let mut job = seed_job();
+    job.start(&slots()).unwrap();
+    // source#0..2 on tm0 (slots 0..2), source#3 on tm1. source#0 and #1 started.
+    for k in [0, 1] {
+        report(&mut job, ev(0, k), ExecutionState::Initializing);
+    }
+    let held = |job: &JobMaster, ks: &[u32]| {
+        ks.iter()
+            .map(|&k| (job.attempt_id(ev(0, k)), ExecutionState::Initializing))
+            .collect::<Vec<_>>()
+    };
+    // source#2 has not started yet (its deployment may be in flight): never failed for missing.
+    let all = held(&job, &[0, 1]);
+    assert!(job.reconcile("tm0", "addr0", &all).is_empty());
+    // source#1's final report was lost and its task is gone: one miss is tolerated...
+    let only0 = held(&job, &[0]);
+    assert!(job.reconcile("tm0", "addr0", &only0).is_empty());
+    assert_eq!(job.status, JobStatus::Running);
+    // ...the second fails it, and the failure restarts its region.
+    let actions = job.reconcile("tm0", "addr0", &only0);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::RestartAfter { .. })),
+        "{actions:?}"
+    );
+    assert_eq!(
+        job.graph.execution_vertex(ev(0, 1)).unwrap().current.state,
+        ExecutionState::Failed
+    );
+    // source#0's final report is being applied (its log append in flight) and its TaskManager
+    // already let it go: not missing.
+    let source0 = job.attempt_id(ev(0, 0));
+    assert!(job.claim_final_report(&source0));
+    assert!(!job.claim_final_report(&source0), "one final report applies");
+    for _ in 0..3 {
+        assert!(job.reconcile("tm0", "addr0", &[]).is_empty());
+    }
+    // source#3's INITIALIZING and RUNNING reports were lost: the heartbeat catches up.
+    let running3 = (job.attempt_id(ev(0, 3)), ExecutionState::Running);
+    assert!(job.reconcile("tm1", "addr1", &[running3]).is_empty());
+    assert_eq!(
+        job.graph.execution_vertex(ev(0, 3)).unwrap().current.state,
+        ExecutionState::Running
+    );
+    // An attempt tm1 holds that this JobMaster never deployed there (an older attempt) is
+    // cancelled there.
+    let stale = AttemptId {
+        job_id: "job".into(),
+        vertex: ev(0, 3),
+        attempt: 99,
+    };
+    let actions = job.reconcile("tm1", "addr1", &[(stale.clone(), ExecutionState::Running)]);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Cancel { address, id } if address == "addr1" && *id == stale)),
+        "{actions:?}"
+    );
+}
+
+/// Issue 11, scenario 8: a consumer that cannot read a finished blocking partition (its file is
+/// gone, its TaskManager restarted) restarts with the partition's producer, not alone.
+#[test]
+fn a_consumer_that_cannot_read_its_input_restarts_the_producer_too() {
+    let mut job = seed_job();
+    job.start(&slots()).unwrap();
+    for k in 0..4 {
+        finish(&mut job, ev(0, k));
+    }
+    for k in 0..4 {
+        finish(&mut job, ev(1, k));
+    }
+    report(&mut job, ev(2, 0), ExecutionState::Initializing);
+    let lost = job.partition_id(PartitionId {
+        result: floe_scheduler::job_graph::ResultIndex(1),
+        partition: 2,
+    });
+    job.partitions_unavailable(std::slice::from_ref(&lost));
+    let actions = report(&mut job, ev(2, 0), ExecutionState::Failed);
+    let restarted: Vec<String> = actions
+        .iter()
+        .flat_map(|a| match a {
+            Action::RestartAfter { vertices, .. } => vertices.clone(),
+            _ => Vec::new(),
+        })
+        .map(|v| job.graph.task_name(v))
+        .collect();
+    assert!(
+        restarted.contains(&"map#2".to_string()) && restarted.contains(&"reduce#0".to_string()),
+        "{restarted:?}"
+    );
+}
+
+/// A streaming seed job (everything pipelined: one region) checkpointing every second.
+fn checkpointing_job() -> JobMaster {
+    let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesPipelined);
+    let conf = [
+        ("execution.checkpointing.interval", "1 s"),
+        ("floe.job-storage.url", "memory://jobs"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into_iter()
+    .collect();
+    let args = JobArgs {
+        name: "seed".into(),
+        args: Vec::new(),
+        configuration: conf,
+    };
+    let mut job = JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap();
+    job.resume_checkpoints(None);
+    job
+}
+
+/// Issue 11, scenario 6: a checkpoint whose completing log append is in flight when a task
+/// fails becomes the one the restarted attempts restore from; they do not restore from the
+/// checkpoint before it.
+#[test]
+fn a_restart_waits_for_a_checkpoint_being_logged_and_restores_from_it() {
+    let mut job = checkpointing_job();
+    job.start(&slots()).unwrap();
+    let all: Vec<ExecutionVertexId> = job.graph.execution_vertices().map(|e| e.id).collect();
+    for &v in &all {
+        report(&mut job, v, ExecutionState::Initializing);
+        report(&mut job, v, ExecutionState::Running);
+    }
+    let (id, _) = job.trigger_checkpoint(10_000).expect("due");
+    let mut completed = None;
+    for &v in &all {
+        let attempt = job.attempt_id(v);
+        completed = job.acknowledge_checkpoint(&attempt, id, TaskSnapshot::default(), 10_100);
+    }
+    let completed = completed.expect("every task acknowledged");
+    assert!(
+        job.begin_checkpoint_completion(id),
+        "no restart since the trigger"
+    );
+    // A task fails while the completion is being logged.
+    let failure = report(&mut job, ev(2, 0), ExecutionState::Failed);
+    let restart = failure
+        .iter()
+        .find_map(|a| match a {
+            Action::RestartAfter { vertices, .. } => Some(vertices.clone()),
+            _ => None,
+        })
+        .expect("a restart");
+    let postponed = job.restart(&restart, &[]);
+    assert!(
+        matches!(postponed.as_slice(), [Action::RestartAfter { .. }]),
+        "{postponed:?}"
+    );
+    job.checkpoint_completed(completed);
+    let deployed = job.restart(&restart, &[]);
+    let restores: Vec<Option<u64>> = deployed
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deploy { deployment, .. } => Some(deployment.restore.as_ref().map(|r| r.0)),
+            _ => None,
+        })
+        .collect();
+    assert!(!restores.is_empty());
+    assert!(restores.iter().all(|r| *r == Some(id)), "{restores:?}");
+}
+
+#[test]
+fn runs_stage_by_stage_to_finished() {
+    let mut job = seed_job();
+    assert_eq!(job.slots_needed(), 4);
+    let err = job.start(&slots()[..3]).unwrap_err();
+    assert_eq!(err.to_string(), "job needs 4 slots but the cluster offers 3");
+    let actions = job.start(&slots()).unwrap();
+    assert_eq!(job.status, JobStatus::Running);
+    assert_eq!(
+        deployed(&actions, &job),
+        ["source#0", "source#1", "source#2", "source#3"]
+    );
+    // Slot 3 is the second TaskManager's first slot (the seed's placement).
+    assert_eq!(job.location[3].as_ref().unwrap().taskmanager, "tm1");
+    assert_eq!(deployed(&finish(&mut job, ev(0, 1)), &job), ["map#1"]);
+    for k in [0, 2, 3] {
+        finish(&mut job, ev(0, k));
+    }
+    for k in 0..3 {
+        assert!(deployed(&finish(&mut job, ev(1, k)), &job).is_empty());
+    }
+    let a = finish(&mut job, ev(1, 3));
+    assert_eq!(deployed(&a, &job), ["reduce#0", "reduce#1", "reduce#2"]);
+    // Reducers read map partition k's subpartition r from map k's TaskManager.
+    let Action::Deploy { deployment, .. } = &a[1] else {
+        panic!("deploy")
+    };
+    assert_eq!(deployment.inputs[0].len(), 4);
+    assert!(deployment.inputs[0].iter().all(|c| c.subpartitions == (1..2)));
+    assert_eq!(deployment.inputs[0][3].address, "addr1");
+    for k in 0..2 {
+        finish(&mut job, ev(2, k));
+    }
+    let end = finish(&mut job, ev(2, 2));
+    assert_eq!(job.status, JobStatus::Finished);
+    assert!(matches!(end.last(), Some(Action::Release { .. })));
+}
+
+#[test]
+fn a_failure_restarts_its_region_and_downstream_then_exhausts_the_strategy() {
+    let mut job = seed_job();
+    job.start(&slots()).unwrap();
+    for k in 0..4 {
+        finish(&mut job, ev(0, k));
+    }
+    report(&mut job, ev(1, 2), ExecutionState::Initializing);
+    let a = report(&mut job, ev(1, 2), ExecutionState::Failed);
+    let restart = a
+        .iter()
+        .find_map(|a| match a {
+            Action::RestartAfter { vertices, .. } => Some(vertices.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let names: Vec<String> = restart.iter().map(|&v| job.graph.task_name(v)).collect();
+    // map#2's input (source#2) is still available; the reducers consume map#2's output.
+    assert_eq!(names, ["map#2", "reduce#0", "reduce#1", "reduce#2"]);
+    // Running maps elsewhere are untouched.
+    assert_eq!(
+        job.graph.execution_vertex(ev(1, 0)).unwrap().current.state,
+        ExecutionState::Deploying
+    );
+    let again = job.restart(&restart, &[]);
+    assert_eq!(deployed(&again, &job), ["map#2"]);
+    assert_eq!(job.graph.execution_vertex(ev(1, 2)).unwrap().current.attempt, 1);
+    // A report from the old attempt is ignored.
+    let stale = AttemptId {
+        job_id: "job".into(),
+        vertex: ev(1, 2),
+        attempt: 0,
+    };
+    assert!(
+        job.on_task_state(&stale, ExecutionState::Finished, None, Vec::new(), None)
+            .is_empty()
+    );
+    // Two more failures exhaust 2 attempts: the job fails with the cause.
+    report(&mut job, ev(1, 2), ExecutionState::Failed);
+    job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)], &[]);
+    report(&mut job, ev(1, 2), ExecutionState::Failed);
+    assert_eq!(job.status, JobStatus::Failed);
+    assert!(
+        job.failure
+            .as_deref()
+            .unwrap()
+            .contains("restart strategy exhausted after 2 restarts")
+    );
+}
+
+#[test]
+fn a_lost_taskmanager_fails_its_executions_and_moves_their_slots() {
+    let mut job = seed_job();
+    job.start(&slots()[..4]).unwrap();
+    let spare = vec![SlotRef {
+        taskmanager: "tm2".into(),
+        address: "addr2".into(),
+        slot: 0,
+    }];
+    let a = job.on_taskmanager_lost("tm1", &spare);
+    assert_eq!(
+        job.graph.execution_vertex(ev(0, 3)).unwrap().current.state,
+        ExecutionState::Failed
+    );
+    assert!(a.iter().any(|a| matches!(a, Action::RestartAfter { .. })));
+    assert_eq!(job.slot_of_group[3].taskmanager, "tm2");
+    let again = job.restart(&[ev(0, 3), ev(1, 3)], &[]);
+    assert!(matches!(&again[0], Action::Deploy { address, .. } if address == "addr2"));
+}
+
+/// Issue 11, scenario 3: the only TaskManager is lost (its process restarted under the same
+/// id): the restart waits for slots, then places the job on the new process's slots.
+#[test]
+fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
+    let mut job = seed_job();
+    let only: Vec<SlotRef> = (0..4)
+        .map(|slot| SlotRef {
+            taskmanager: "tm1".into(),
+            address: "addr1".into(),
+            slot,
+        })
+        .collect();
+    job.start(&only).unwrap();
+    job.on_taskmanager_lost("tm1", &[]);
+    let restart = [ev(0, 3), ev(1, 3)];
+    let waiting = job.restart(&restart, &[]);
+    assert!(
+        matches!(waiting.as_slice(), [Action::RestartAfter { .. }]),
+        "{waiting:?}"
+    );
+    let restarted: Vec<SlotRef> = (0..4)
+        .map(|slot| SlotRef {
+            taskmanager: "tm1".into(),
+            address: "addr1-new".into(),
+            slot,
+        })
+        .collect();
+    let again = job.restart(&restart, &restarted);
+    assert!(
+        matches!(&again[0], Action::Deploy { address, .. } if address == "addr1-new"),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn cancel_ends_canceled_and_restart_config_is_checked() {
+    let mut job = seed_job();
+    job.start(&slots()).unwrap();
+    let a = job.cancel().unwrap();
+    assert_eq!(a.iter().filter(|a| matches!(a, Action::Cancel { .. })).count(), 4);
+    assert_eq!(job.status, JobStatus::Canceled);
+    assert!(job.cancel().is_err(), "a canceled job cannot be cancelled again");
+    let mut conf = BTreeMap::new();
+    conf.insert("restart-strategy.type".to_string(), "exponential".to_string());
+    let err = RestartStrategy::from_configuration(&conf).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("invalid configuration restart-strategy.type")
+    );
+    assert_eq!(parse_duration("1 s"), Some(Duration::from_secs(1)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("soon"), None);
+}
