@@ -950,7 +950,13 @@ impl JobMaster {
     /// Slots this job holds while it is not terminal.
     pub fn held_slots(&self) -> impl Iterator<Item = &SlotRef> {
         let live = !self.status.is_terminal();
-        self.slot_of_group.iter().filter(move |_| live)
+        // A group waiting to be placed again holds nothing: its old slot may be offered anew by
+        // the same TaskManager registering again.
+        self.slot_of_group
+            .iter()
+            .enumerate()
+            .filter(move |(group, _)| live && !self.unplaced.contains(group))
+            .map(|(_, slot)| slot)
     }
 
     /// Slot placement as the scheduling core's SlotIds (TaskManagers numbered by first appearance).

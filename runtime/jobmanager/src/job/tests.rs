@@ -350,6 +350,11 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
         matches!(waiting.as_slice(), [Action::RestartAfter { .. }]),
         "{waiting:?}"
     );
+    assert_eq!(
+        job.held_slots().count(),
+        0,
+        "slots waiting to be placed again hold nothing: the same TaskManager may offer them again"
+    );
     let restarted: Vec<SlotRef> = (0..4)
         .map(|slot| SlotRef {
             taskmanager: "tm1".into(),
