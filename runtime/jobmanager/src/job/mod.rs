@@ -26,6 +26,10 @@ use floe_checkpoint::{CompletedCheckpoint, TaskSnapshot};
 mod checkpoint;
 mod reports;
 
+/// How long a restart waits for slots when a lost TaskManager left none (Flink's
+/// `slot.request.timeout` for a restart; the JobManager's initial wait is configured separately).
+const SLOT_WAIT_LIMIT: Duration = Duration::from_secs(60);
+
 /// One attempt of one subtask of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptId {
@@ -201,6 +205,8 @@ pub struct JobMaster {
     unplaced: std::collections::BTreeSet<usize>,
     /// Attempts whose final report is being or was applied (see `claim_final_report`).
     final_reports: std::collections::BTreeSet<(ExecutionVertexId, u64)>,
+    /// Restarts postponed in a row for want of slots.
+    slot_waits: u32,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -312,6 +318,7 @@ impl JobMaster {
             checkpoint_completing: None,
             unplaced: std::collections::BTreeSet::new(),
             final_reports: std::collections::BTreeSet::new(),
+            slot_waits: 0,
         })
     }
 
@@ -879,13 +886,29 @@ impl JobMaster {
         // Slots of a lost TaskManager that had no replacement then: place them now, or wait.
         if !self.unplaced.is_empty() {
             if free.len() < self.unplaced.len() {
+                let wait = self.restart.delay.max(Duration::from_millis(100));
+                self.slot_waits += 1;
+                if wait * self.slot_waits > SLOT_WAIT_LIMIT {
+                    // Flink's NoResourceAvailableException after `slot.request.timeout`.
+                    self.failure = Some(format!(
+                        "could not get {} slots for the restart within {} s: the cluster offers {} free",
+                        self.unplaced.len(),
+                        SLOT_WAIT_LIMIT.as_secs(),
+                        free.len()
+                    ));
+                    self.status = JobStatus::Failing;
+                    let mut actions = self.cancel_all();
+                    actions.extend(self.maybe_terminal());
+                    return actions;
+                }
                 tracing::info!(job = %self.id, needed = self.unplaced.len(), free = free.len(), "restart waits for slots");
                 return vec![Action::RestartAfter {
                     job_id: self.id.clone(),
-                    delay: self.restart.delay.max(Duration::from_millis(100)),
+                    delay: wait,
                     vertices: vertices.to_vec(),
                 }];
             }
+            self.slot_waits = 0;
             for (group, slot) in std::mem::take(&mut self.unplaced).into_iter().zip(free) {
                 self.slot_of_group[group] = slot.clone();
             }

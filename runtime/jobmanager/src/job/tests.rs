@@ -350,6 +350,29 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
         matches!(waiting.as_slice(), [Action::RestartAfter { .. }]),
         "{waiting:?}"
     );
+    // Nobody offers slots for longer than the limit: the job fails, saying so.
+    let mut waiting_job = {
+        let mut j = seed_job();
+        j.start(&only).unwrap();
+        j.on_taskmanager_lost("tm1", &[]);
+        j
+    };
+    for _ in 0..1000 {
+        waiting_job.restart(&restart, &[]);
+        if waiting_job.status.is_terminal() {
+            break;
+        }
+    }
+    assert_eq!(waiting_job.status, JobStatus::Failed);
+    assert!(
+        waiting_job
+            .failure
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("could not get 4 slots for the restart within 60 s"),
+        "{:?}",
+        waiting_job.failure
+    );
     assert_eq!(
         job.held_slots().count(),
         0,
