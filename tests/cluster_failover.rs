@@ -368,3 +368,46 @@ fn slow_sink_backpressures_the_source_within_the_buffer_budget() {
     });
     let _ = std::fs::remove_dir_all(Path::new(&dir));
 }
+
+/// Issue 11, scenario 11: a user function that blocks its thread (here a sink that sleeps 10 ms per
+/// record, as a synchronous client call would) delays only its own task. Both subtasks block at
+/// once for seconds on end, longer than the 2 s heartbeat timeout; the TaskManager's heartbeats
+/// must go on regardless, so it is never declared lost: the job finishes with every subtask on its
+/// first attempt and the output complete.
+#[test]
+fn a_blocking_user_function_does_not_starve_the_heartbeats() {
+    let (cluster, dir) = cluster("blocking-sink", 1, 2);
+    let out = dir.join("out");
+    let records = 200;
+    let id = submit(
+        &cluster,
+        "pipeline",
+        &args(&[
+            "--output",
+            out.to_str().unwrap(),
+            "--records",
+            &records.to_string(),
+            "--sink-delay-us",
+            "10000",
+        ]),
+        &[
+            ("execution.runtime-mode", "STREAMING"),
+            ("parallelism.default", "2"),
+        ],
+    );
+    let end = wait_for(&cluster, &id, Duration::from_secs(120), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(end["state"], "FINISHED", "{end}");
+    let restarted: Vec<String> = subtasks(&end)
+        .into_iter()
+        .filter(|(_, s)| s["attempt"].as_u64() != Some(0))
+        .map(|(name, s)| format!("{name} attempt {}", s["attempt"]))
+        .collect();
+    assert!(
+        restarted.is_empty(),
+        "the TaskManager was declared lost while its tasks blocked: {restarted:?}"
+    );
+    assert_streaming_output(&out, &pipeline_reference(42, records));
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}

@@ -27,6 +27,10 @@ pub(crate) struct Shared {
     /// The address this TaskManager serves the Shuffle service on, once known: channels from it are
     /// read in process (same credits, no gRPC hop).
     pub(crate) local_address: Mutex<Option<String>>,
+    /// The runtime the environment was created on (the TaskManager's process runtime): gates run
+    /// their channel streams there, so connections to peers outlive any one task, whose own
+    /// thread and runtime end with it. `None` outside a runtime: streams go where the gate is read.
+    pub(crate) io: Option<tokio::runtime::Handle>,
 }
 
 /// The shuffle of one TaskManager: creates [`PartitionWriter`]s and [`InputGate`]s for its tasks and
@@ -55,6 +59,7 @@ impl ShuffleEnvironment {
                 partitions: Mutex::new(HashMap::new()),
                 channels: Mutex::new(HashMap::new()),
                 local_address: Mutex::new(None),
+                io: tokio::runtime::Handle::try_current().ok(),
             }),
         })
     }

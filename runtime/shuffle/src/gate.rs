@@ -196,13 +196,18 @@ impl RemoteInputGate {
                     subpartition,
                     index: streams,
                 };
-                if spec.address == OBJECT_STORAGE_ADDRESS {
-                    tasks.spawn(stream.run_remote(self.storage.clone(), tx.clone()));
-                } else if local.as_deref() == Some(spec.address.as_str()) {
-                    tasks.spawn(stream.run_local(tx.clone()));
-                } else {
-                    tasks.spawn(stream.run(tx.clone()));
-                }
+                let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                    if spec.address == OBJECT_STORAGE_ADDRESS {
+                        Box::pin(stream.run_remote(self.storage.clone(), tx.clone()))
+                    } else if local.as_deref() == Some(spec.address.as_str()) {
+                        Box::pin(stream.run_local(tx.clone()))
+                    } else {
+                        Box::pin(stream.run(tx.clone()))
+                    };
+                match &self.shared.io {
+                    Some(io) => tasks.spawn_on(run, io),
+                    None => tasks.spawn(run),
+                };
                 streams += 1;
             }
         }

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use crate::tasks::{TaskEntry, key};
+use crate::thread::TaskThread;
 use crate::{TaskManager, lock};
 
 /// The job storage checkpoints go to; checkpointing without one is a configuration error.
@@ -223,7 +224,8 @@ impl TaskManager {
         let this = self.clone();
         let task_id = id.clone();
         let task_metrics = metrics.clone();
-        let handle = tokio::spawn(async move {
+        let failed = (self.clone(), id.clone(), metrics.clone());
+        let body = async move {
             this.report(&task_id, ExecutionState::Initializing).await;
             // Keyed state first (a restore downloads it), then the chain.
             let state = match checkpoints.as_ref().filter(|_| keyed) {
@@ -286,11 +288,20 @@ impl TaskManager {
                 }
             };
             this.finish(final_report);
-        });
-        lock(&self.inner.tasks).insert(
+        };
+        let on_panic = move |error: String| {
+            let (this, id, metrics) = failed;
+            tracing::warn!(task = ?id, "task failed: {error}");
+            this.finish(this.update(&id, ExecutionState::Failed, error, Vec::new(), Some(&metrics)));
+        };
+        // The entry is in the table before the thread can report (it takes this lock first).
+        let mut tasks = lock(&self.inner.tasks);
+        let thread = TaskThread::spawn(format!("task {}#{}", id.vertex, id.subtask), body, on_panic)
+            .map_err(|e| Status::resource_exhausted(format!("cannot start a task thread: {e}")))?;
+        tasks.insert(
             key(&id),
             TaskEntry {
-                abort: handle.abort_handle(),
+                abort: thread,
                 metrics,
                 control,
                 state: ExecutionState::Deploying,

@@ -45,6 +45,7 @@ mod deployment;
 mod executor;
 mod registration;
 mod tasks;
+mod thread;
 
 /// How a TaskManager runs.
 #[derive(Debug, Clone)]
@@ -77,6 +78,9 @@ struct Inner {
     /// The newest JobManager leader epoch seen; calls from older ones are refused.
     fence: floe_proto::fencing::EpochFence,
     jobmanager: JobManagerClient<Channel>,
+    /// The process runtime: RPCs, heartbeats, state reports, shuffle streams. Tasks run on their
+    /// own threads ([`thread::TaskThread`]) and hand their reports over to it.
+    control: tokio::runtime::Handle,
     shuffle: ShuffleEnvironment,
     registry: JobRegistry,
     jobs: Mutex<HashMap<String, Arc<BuiltJob>>>,
@@ -128,6 +132,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
             instance_id: uuid::Uuid::new_v4().simple().to_string(),
             fence: floe_proto::fencing::EpochFence::default(),
             jobmanager,
+            control: tokio::runtime::Handle::current(),
             shuffle: shuffle.clone(),
             registry: JobRegistry::builtin(),
             jobs: Mutex::new(HashMap::new()),
@@ -189,6 +194,7 @@ mod tests {
                 instance_id: "instance-test".into(),
                 fence: floe_proto::fencing::EpochFence::default(),
                 jobmanager: JobManagerClient::new(channel),
+                control: tokio::runtime::Handle::current(),
                 shuffle,
                 registry: JobRegistry::builtin(),
                 jobs: Mutex::new(HashMap::new()),
@@ -273,11 +279,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("floe-tm-test3-{}", std::process::id()));
         let tm = taskmanager(&dir);
         let id = deployment("x").id.expect("id");
-        let task = tokio::spawn(std::future::pending::<()>());
         lock(&tm.inner.tasks).insert(
             tasks::key(&id),
             tasks::TaskEntry {
-                abort: task.abort_handle(),
+                abort: thread::TaskThread::detached(),
                 metrics: Arc::default(),
                 control: None,
                 state: ExecutionState::Running,
@@ -307,7 +312,6 @@ mod tests {
             tm.heartbeat_payload().1.is_empty(),
             "gone once a heartbeat delivered it"
         );
-        task.abort();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -12,8 +12,8 @@ use floe_datastream::checkpoint::Control;
 use floe_proto::v1::{self as pb};
 use floe_scheduler::ExecutionState;
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 
+use crate::thread::TaskThread;
 use crate::{TaskManager, lock};
 
 /// Task identity as the map key: job, vertex, subtask, attempt.
@@ -35,7 +35,8 @@ fn attempt_id((job_id, vertex, subtask, attempt): &AttemptKey) -> pb::ExecutionA
 /// One execution held here.
 #[derive(Debug)]
 pub(crate) struct TaskEntry {
-    pub abort: AbortHandle,
+    /// The execution's own thread.
+    pub abort: TaskThread,
     pub metrics: Arc<TaskMetrics>,
     /// Checkpointing tasks: barrier triggers and completions go here.
     pub control: Option<mpsc::UnboundedSender<Control>>,
@@ -73,9 +74,20 @@ impl TaskManager {
         }
     }
 
-    /// Reports a live state (INITIALIZING, RUNNING). The table keeps it, so if every attempt to
-    /// send it fails the next heartbeat tells the JobManager instead.
+    /// Reports a live state (INITIALIZING, RUNNING) from a task thread: the call runs on the
+    /// process runtime, where the JobManager connection lives; the task waits for it.
     pub(crate) async fn report(&self, id: &pb::ExecutionAttemptId, state: ExecutionState) {
+        let (this, id) = (self.clone(), id.clone());
+        let _ = self
+            .inner
+            .control
+            .spawn(async move { this.send_report(&id, state).await })
+            .await;
+    }
+
+    /// Sends a live state. The table keeps it, so if every attempt to send it fails the next
+    /// heartbeat tells the JobManager instead.
+    async fn send_report(&self, id: &pb::ExecutionAttemptId, state: ExecutionState) {
         if let Some(entry) = lock(&self.inner.tasks).get_mut(&key(id)) {
             entry.state = state;
         }
@@ -113,7 +125,8 @@ impl TaskManager {
             entry.final_report = Some(report.clone());
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        // On the process runtime: the task thread that ended may be gone before this gets through.
+        self.inner.control.spawn(async move {
             let mut backoff = Duration::from_millis(100);
             // Until the JobManager answers, even if a heartbeat carried the report meanwhile: that
             // heartbeat may have met this report being applied, and the apply may still fail. A
