@@ -18,36 +18,13 @@ use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyMap, KeyRefFn, MapOp, OpContext,
-    OpFactory, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
-    SumGrouper, downcast, erase,
+    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyRefFn, MapOp, OpContext, OpFactory,
+    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup, SumGrouper,
+    downcast, erase,
 };
-use crate::task::{Head, KeyHasher, SourceHead, StreamType, TaskMetrics, TypeOf};
-
-/// Flink's `execution.runtime-mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum RuntimeMode {
-    /// Bounded input, blocking exchanges by default, sorted keyed aggregation, final results only.
-    Batch,
-    /// Pipelined exchanges, keyed state in memory, an update per input record.
-    #[default]
-    Streaming,
-}
-
-impl std::str::FromStr for RuntimeMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_uppercase().as_str() {
-            "BATCH" => Ok(RuntimeMode::Batch),
-            "STREAMING" | "AUTOMATIC" => Ok(RuntimeMode::Streaming),
-            _ => Err(Error::config(
-                "execution.runtime-mode",
-                s,
-                "expected BATCH or STREAMING",
-            )),
-        }
-    }
-}
+use crate::task::{Head, KeyHasher, SourceHead, StreamType, TypeOf};
+pub use crate::types::RuntimeMode;
+use crate::types::{KeyMap, TaskMetrics};
 
 pub(crate) type SourceFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<Box<dyn Head>> + Send + Sync>;
 pub(crate) type SinkFactory =

@@ -12,7 +12,7 @@ use floe_state::{HashMapStateBackend, KeyedStateBackend, PreparedSnapshot};
 
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
-use crate::operators::KeyMap;
+use crate::types::{KeyMap, RuntimeMode};
 
 /// Flink-style durations: `500 ms`, `1 s`, `2min`, a bare number is milliseconds.
 pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
@@ -79,14 +79,14 @@ impl CheckpointConfig {
                 ));
             }
         };
-        let mode: crate::RuntimeMode = match conf.get("execution.runtime-mode") {
+        let mode: RuntimeMode = match conf.get("execution.runtime-mode") {
             Some(m) => m.parse()?,
-            None => crate::RuntimeMode::default(),
+            None => RuntimeMode::default(),
         };
         let Some(interval) = duration(CHECKPOINT_INTERVAL_KEY, None)? else {
             return Ok(None);
         };
-        if mode == crate::RuntimeMode::Batch || interval.is_zero() {
+        if mode == RuntimeMode::Batch || interval.is_zero() {
             return Ok(None);
         }
         let num_retained = match conf.get("execution.checkpointing.num-retained") {

@@ -12,7 +12,7 @@ use opendal::Operator;
 use crate::data::Data;
 use crate::error::{Error, Result};
 use crate::operators::{BoxOp, Chunk, Collector, Op, Target};
-use crate::task::TaskMetrics;
+use crate::types::TaskMetrics;
 
 /// Bytes a text source reads per request (and per batch pushed through the chain).
 pub const DEFAULT_READ_CHUNK: usize = 4 << 20;

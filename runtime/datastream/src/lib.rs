@@ -20,6 +20,7 @@ mod jobs;
 mod operators;
 mod state;
 mod task;
+mod types;
 
 pub use api::{
     DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, KeyedStream, RuntimeMode,

@@ -4,12 +4,6 @@
 //! [`OpFactory`]s downcast the chain built so far.
 
 use std::any::Any;
-use std::collections::HashMap;
-
-/// Keyed state and combiner maps: foldhash, because keys here are short and hashing is on the
-/// per-record path (std's SipHash cost WordCount a third of its time); no untrusted keys reach it in
-/// a way that makes hash flooding a concern beyond the job's own data.
-pub(crate) type KeyMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -19,6 +13,7 @@ use bytes::Bytes;
 use crate::checkpoint::{ChainSnapshot, Keyed, KeyedStateInit, TaskRestore};
 use crate::data::Data;
 use crate::error::{Error, Result};
+use crate::types::{KeyMap, TaskMetrics};
 
 /// Where user functions put their output records (the `Collector` of Flink's `FlatMapFunction`).
 pub trait Collector<T>: Send {
@@ -98,7 +93,7 @@ pub(crate) struct OpContext {
     pub attempt: u64,
     pub configuration: std::collections::BTreeMap<String, String>,
     /// The task's counters (sources count the records they read as records in).
-    pub metrics: Arc<crate::task::TaskMetrics>,
+    pub metrics: Arc<TaskMetrics>,
     /// The key groups this subtask owns, out of `max_parallelism`.
     pub key_groups: std::ops::Range<u32>,
     pub max_parallelism: u32,
@@ -181,7 +176,7 @@ pub(crate) use tail_checkpoint;
 pub(crate) struct CountIn<T> {
     pub down: BoxOp<T>,
     pub count: u64,
-    pub metrics: Arc<crate::task::TaskMetrics>,
+    pub metrics: Arc<TaskMetrics>,
 }
 
 impl<T: Data> Collector<T> for CountIn<T> {
@@ -360,7 +355,7 @@ pub(crate) struct SumGrouper<A, N, K> {
     /// Records beyond the first of each group sent: the task's writer counts a group as one
     /// record, so these are added to keep "records out" a count of records.
     pub grouped: u64,
-    pub metrics: Arc<crate::task::TaskMetrics>,
+    pub metrics: Arc<TaskMetrics>,
 }
 
 impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
@@ -368,7 +363,7 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
         key: KeyFn<(A, N), K>,
         key_ref: Option<KeyRefFn<(A, N), K>>,
         down: BoxOp<SumGroup<A, N>>,
-        metrics: Arc<crate::task::TaskMetrics>,
+        metrics: Arc<TaskMetrics>,
     ) -> Self {
         SumGrouper {
             key,
@@ -468,7 +463,7 @@ pub(crate) struct StreamingSumGroups<A, N, K> {
     pub down: BoxOp<(A, N)>,
     /// Records beyond the first of each group received (the task counts a group as one record in).
     pub grouped: u64,
-    pub metrics: Arc<crate::task::TaskMetrics>,
+    pub metrics: Arc<TaskMetrics>,
 }
 
 impl<A, N, K> Collector<SumGroup<A, N>> for StreamingSumGroups<A, N, K>
@@ -740,6 +735,7 @@ where
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     /// Collects into a Vec: the tail of chains under test.
     pub(crate) struct VecSink<T>(pub Arc<std::sync::Mutex<Vec<T>>>);

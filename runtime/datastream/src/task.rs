@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,27 +20,7 @@ use crate::data::{Data, KeyGroupRouter};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
 use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
-
-/// Record counters of one task, updated once per buffer, not per record.
-#[derive(Debug, Default)]
-pub struct TaskMetrics {
-    pub records_in: AtomicU64,
-    pub records_out: AtomicU64,
-}
-
-impl TaskMetrics {
-    pub(crate) fn add_in(&self, n: u64) {
-        if n > 0 {
-            self.records_in.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn add_out(&self, n: u64) {
-        if n > 0 {
-            self.records_out.fetch_add(n, Ordering::Relaxed);
-        }
-    }
-}
+pub use crate::types::TaskMetrics;
 
 /// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
 #[derive(Default)]
@@ -772,6 +751,7 @@ impl Task {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn pointwise_targets_match_the_scheduler() {
