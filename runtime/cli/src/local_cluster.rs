@@ -29,6 +29,10 @@ pub struct LocalCluster {
     exe: PathBuf,
     jobmanager_args: Vec<String>,
     jobmanager_starts: u32,
+    /// Each TaskManager's id and arguments, in start order.
+    taskmanager_args: Vec<(String, Vec<String>)>,
+    /// Processes started so far, for log names of restarts.
+    starts: u32,
 }
 
 /// How to start a local cluster.
@@ -121,6 +125,8 @@ impl LocalCluster {
             exe: exe.clone(),
             jobmanager_args: jm_args.clone(),
             jobmanager_starts: 1,
+            taskmanager_args: Vec::new(),
+            starts: 0,
         };
         let (jm, out) = spawn(&exe, "jobmanager", &jm_args, &log_dir)?;
         cluster.processes.push(jm);
@@ -152,6 +158,7 @@ impl LocalCluster {
             ];
             let (tm, out) = spawn(&exe, &name, &args, &log_dir)?;
             cluster.processes.push(tm);
+            cluster.taskmanager_args.push((name.clone(), args));
             outs.push((name, out));
         }
         for (name, out) in outs {
@@ -196,12 +203,43 @@ impl LocalCluster {
             .map(|p| p.child.id())
     }
 
-    /// Process ids of the TaskManagers, in start order (tests kill one).
+    /// Process ids of the TaskManagers, by index (tests kill one); a restarted one has its new id.
     pub fn taskmanager_pids(&self) -> Vec<u32> {
-        self.processes
+        self.taskmanager_args
             .iter()
-            .filter(|p| p.name.starts_with("taskmanager"))
+            .filter_map(|(name, _)| self.processes.iter().find(|p| &p.name == name))
             .map(|p| p.child.id())
+            .collect()
+    }
+
+    /// Kills TaskManager `index` (if it still runs) and starts a new process under its id and data
+    /// directory, as a pod's container restarts; returns once it registered. Its log goes to
+    /// `taskmanager-{index}.{n}.log`.
+    pub fn restart_taskmanager(&mut self, index: usize) -> anyhow::Result<()> {
+        let (name, args) = self
+            .taskmanager_args
+            .get(index)
+            .with_context(|| format!("no TaskManager {index}"))?
+            .clone();
+        if let Some(i) = self.processes.iter().position(|p| p.name == name) {
+            let mut old = self.processes.remove(i);
+            let _ = old.child.kill();
+            let _ = old.child.wait();
+        }
+        self.starts += 1;
+        let log_name = format!("{name}.{}", self.starts);
+        let (mut tm, out) = spawn(&self.exe, &log_name, &args, &self.log_dir)?;
+        tm.name = name;
+        self.processes.push(tm);
+        first_line(out, &log_name, &self.log_dir)?;
+        Ok(())
+    }
+
+    /// Names of the children that exited on their own (`jobmanager`, `taskmanager-{i}`).
+    pub fn exited(&mut self) -> Vec<String> {
+        self.processes
+            .iter_mut()
+            .filter_map(|p| p.child.try_wait().ok().flatten().map(|_| p.name.clone()))
             .collect()
     }
 

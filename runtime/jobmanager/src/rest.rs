@@ -17,6 +17,17 @@ pub fn router(jm: JobManager) -> Router {
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
         .route("/jobs/{id}/checkpoints", get(checkpoints))
         .route("/taskmanagers", get(taskmanagers))
+        // As Flink's REST API: every error answers `{"errors": [...]}` naming what was asked.
+        .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            not_found(format!("Not found: {method} {uri}"))
+        })
+        .method_not_allowed_fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                Json(json!({ "errors": [format!("{method} is not allowed on {uri}")] })),
+            )
+                .into_response()
+        })
         .with_state(jm)
 }
 
@@ -216,6 +227,8 @@ async fn taskmanagers(State(jm): State<JobManager>) -> Json<Value> {
                 "rss-bytes": tm.rss_bytes,
                 "rss-peak-bytes": tm.rss_peak_bytes,
                 "last-heartbeat-ms-ago": tm.last_heartbeat.elapsed().as_millis() as u64,
+                // Executions not yet ended, as of its last heartbeat.
+                "executions-running": tm.running_executions,
             })
         })
         .collect();

@@ -67,6 +67,8 @@ pub struct TaskManagerInfo {
     pub rss_peak_bytes: u64,
     /// Finished partitions it reported holding when it registered.
     pub held: Vec<(floe_shuffle::ResultPartitionId, floe_shuffle::PartitionStats)>,
+    /// Executions not yet ended that its last heartbeat said it runs.
+    pub running_executions: usize,
 }
 
 /// A job and its times.
@@ -972,6 +974,7 @@ impl JobManagerRpc for JobManager {
                 last_heartbeat: Instant::now(),
                 buffered_bytes: 0,
                 buffered_bytes_peak: 0,
+                running_executions: 0,
                 rss_bytes: 0,
                 rss_peak_bytes: 0,
                 held,
@@ -1039,6 +1042,9 @@ impl JobManagerRpc for JobManager {
         }
         let actions: Vec<Action> = {
             let mut state = self.state();
+            if let Some(tm) = state.taskmanagers.get_mut(&r.taskmanager_id) {
+                tm.running_executions = held.len();
+            }
             state
                 .jobs
                 .values_mut()

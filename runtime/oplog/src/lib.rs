@@ -262,16 +262,34 @@ impl OperationLog {
         }
         let body = serde_json::to_vec(&EntryRef::Events(events)).unwrap_or_default();
         let path = format!("oplog/{}/{}", name(self.epoch), name(self.next_seq));
-        match self.store.create(&path, envelope::seal(&body)).await {
-            Ok(()) => {
-                self.next_seq += 1;
-                Ok(())
-            }
-            Err(floe_storage::Error::AlreadyExists { url }) => Err(Error::Fenced {
-                epoch: self.epoch,
-                url,
-            }),
+        let entry = envelope::seal(&body);
+        let outcome = match self.store.create(&path, entry.clone()).await {
+            Ok(()) => Ok(()),
+            // A store may apply a write and lose its answer: whether this append took effect is
+            // read back. The entry holds exactly these bytes if it did (an earlier try of this
+            // very append included); anything else there is a newer JobManager's seal.
+            Err(floe_storage::Error::AlreadyExists { url }) => match self.store.get_opt(&path).await {
+                Ok(Some(found)) if found == entry => Ok(()),
+                Ok(_) => Err(Error::Fenced {
+                    epoch: self.epoch,
+                    url,
+                }),
+                Err(e) => Err(e.into()),
+            },
+            Err(e) if e.is_retryable() => match self.store.get_opt(&path).await {
+                Ok(Some(found)) if found == entry => Ok(()),
+                Ok(Some(_)) => Err(Error::Fenced {
+                    epoch: self.epoch,
+                    url: self.store.url_of(&path),
+                }),
+                // Not written (or unknown yet): the caller tries again at the same sequence number.
+                Ok(None) | Err(_) => Err(e.into()),
+            },
             Err(e) => Err(e.into()),
+        };
+        if outcome.is_ok() {
+            self.next_seq += 1;
         }
+        outcome
     }
 }

@@ -125,6 +125,37 @@ async fn a_corrupt_or_truncated_entry_is_an_error_naming_it(store: ObjectStore) 
     assert_eq!(replayed.events, ["one", "two"]);
 }
 
+/// A store that applied an append but lost its answer: before, the JobManager's retry met its own
+/// entry and took it for a newer leader's seal, and stopped. Trying the same append again finds its
+/// own bytes there: it took effect, and the log goes on after it.
+async fn an_append_whose_answer_was_lost_is_recognised_when_tried_again(store: ObjectStore) {
+    let (mut a, _) = OperationLog::acquire::<String>(store.clone(), "jm-a")
+        .await
+        .unwrap();
+    a.append(&ev(&["first"])).await.unwrap();
+    // What the lost append wrote: the next entry, with exactly these events.
+    let body = serde_json::to_vec(&serde_json::json!({ "events": ["second"] })).unwrap();
+    store
+        .create(
+            "oplog/00000000000000000001/00000000000000000001",
+            floe_storage::envelope::seal(&body),
+        )
+        .await
+        .unwrap();
+    a.append(&ev(&["second"])).await.unwrap();
+    a.append(&ev(&["third"])).await.unwrap();
+    // A different entry in its place is still a refusal.
+    let (mut b, replayed) = OperationLog::acquire::<String>(store.clone(), "jm-b")
+        .await
+        .unwrap();
+    assert_eq!(replayed.events, ["first", "second", "third"]);
+    assert!(matches!(
+        a.append(&ev(&["fourth"])).await,
+        Err(Error::Fenced { epoch: 1, .. })
+    ));
+    b.append(&ev(&["fourth"])).await.unwrap();
+}
+
 type Scenario = fn(ObjectStore) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 fn scenarios() -> Vec<(&'static str, Scenario)> {
@@ -141,6 +172,10 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
         ("a_corrupt_or_truncated_entry_is_an_error_naming_it", |s| {
             Box::pin(a_corrupt_or_truncated_entry_is_an_error_naming_it(s))
         }),
+        (
+            "an_append_whose_answer_was_lost_is_recognised_when_tried_again",
+            |s| Box::pin(an_append_whose_answer_was_lost_is_recognised_when_tried_again(s)),
+        ),
     ]
 }
 

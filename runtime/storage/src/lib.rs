@@ -9,6 +9,7 @@
 //! objects with a length and a checksum, so a truncated or corrupt object is an error naming it.
 
 pub mod envelope;
+pub mod faults;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -43,6 +44,8 @@ pub enum Error {
     },
     #[error("storage {url} cannot make conditional creates, which fencing needs")]
     NoConditionalCreate { url: String },
+    #[error("{key}: {reason}")]
+    InvalidConfiguration { key: String, reason: String },
 }
 
 impl Error {
@@ -71,6 +74,8 @@ pub struct ObjectStore {
     prefix: String,
     /// The URL of the prefix, for messages (`s3://bucket/prefix/`).
     url: String,
+    /// Injected faults ([`faults`]), shared by the store's scoped views.
+    faults: Option<std::sync::Arc<faults::Faults>>,
 }
 
 fn normalize_prefix(p: &str) -> String {
@@ -157,7 +162,13 @@ impl ObjectStore {
         );
         let prefix = normalize_prefix(&prefix);
         let url = format!("{base}{prefix}");
-        Ok(ObjectStore { op, prefix, url })
+        let faults = faults::Faults::from_configuration(conf)?.map(std::sync::Arc::new);
+        Ok(ObjectStore {
+            op,
+            prefix,
+            url,
+            faults,
+        })
     }
 
     /// The store under `path` (`{url}/{path}/`): a job's directory, a checkpoint's.
@@ -168,6 +179,7 @@ impl ObjectStore {
             op: self.op.clone(),
             prefix,
             url,
+            faults: self.faults.clone(),
         }
     }
 
@@ -183,6 +195,31 @@ impl ObjectStore {
 
     fn full(&self, path: &str) -> String {
         format!("{}{}", self.prefix, path.trim_start_matches('/'))
+    }
+
+    /// Runs a read through the injected faults, if any.
+    async fn read_op<T>(&self, path: &str, op: impl Future<Output = Result<T>>) -> Result<T> {
+        if let Some(f) = &self.faults
+            && f.before(false).await != faults::Outcome::Proceed
+        {
+            return Err(faults::injected(self.url_of(path), false));
+        }
+        op.await
+    }
+
+    /// Runs a write through the injected faults, if any: it may fail before or after it happened.
+    async fn write_op<T>(&self, path: &str, op: impl Future<Output = Result<T>>) -> Result<T> {
+        match &self.faults {
+            None => op.await,
+            Some(f) => match f.before(true).await {
+                faults::Outcome::Proceed => op.await,
+                faults::Outcome::Fail => Err(faults::injected(self.url_of(path), false)),
+                faults::Outcome::FailAfter => {
+                    op.await?;
+                    Err(faults::injected(self.url_of(path), true))
+                }
+            },
+        }
     }
 
     fn io(&self, path: &str, source: opendal::Error) -> Error {
@@ -203,11 +240,14 @@ impl ObjectStore {
     /// Writes an object, replacing any previous one.
     pub async fn put(&self, path: &str, bytes: impl Into<Bytes>) -> Result<()> {
         let bytes: Bytes = bytes.into();
-        self.op
-            .write(&self.full(path), bytes)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.io(path, e))
+        self.write_op(path, async {
+            self.op
+                .write(&self.full(path), bytes)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// Creates an object only if none exists at `path`; [`Error::AlreadyExists`] otherwise. On S3 this
@@ -219,40 +259,52 @@ impl ObjectStore {
             });
         }
         let bytes: Bytes = bytes.into();
-        self.op
-            .write_with(&self.full(path), bytes)
-            .if_not_exists(true)
-            .await
-            .map(|_| ())
-            .map_err(|e| self.io(path, e))
+        self.write_op(path, async {
+            self.op
+                .write_with(&self.full(path), bytes)
+                .if_not_exists(true)
+                .await
+                .map(|_| ())
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// Reads a whole object; [`Error::NotFound`] names it when it is missing.
     pub async fn get(&self, path: &str) -> Result<Bytes> {
-        self.op
-            .read(&self.full(path))
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| self.io(path, e))
+        self.read_op(path, async {
+            self.op
+                .read(&self.full(path))
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// Reads bytes `range` of an object (fewer at its end).
     pub async fn get_range(&self, path: &str, range: std::ops::Range<u64>) -> Result<Bytes> {
-        self.op
-            .read_with(&self.full(path))
-            .range(range)
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| self.io(path, e))
+        self.read_op(path, async {
+            self.op
+                .read_with(&self.full(path))
+                .range(range)
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// An object's size in bytes; [`Error::NotFound`] names it when it is missing.
     pub async fn size(&self, path: &str) -> Result<u64> {
-        self.op
-            .stat(&self.full(path))
-            .await
-            .map(|m| m.content_length())
-            .map_err(|e| self.io(path, e))
+        self.read_op(path, async {
+            self.op
+                .stat(&self.full(path))
+                .await
+                .map(|m| m.content_length())
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// Writes an object piece by piece (multipart on S3), replacing any previous one: only the
@@ -260,10 +312,13 @@ impl ObjectStore {
     /// returned.
     pub async fn writer(&self, path: &str) -> Result<ObjectWriter> {
         let writer = self
-            .op
-            .writer(&self.full(path))
-            .await
-            .map_err(|e| self.io(path, e))?;
+            .write_op(path, async {
+                self.op
+                    .writer(&self.full(path))
+                    .await
+                    .map_err(|e| self.io(path, e))
+            })
+            .await?;
         Ok(ObjectWriter {
             store: self.clone(),
             path: path.to_string(),
@@ -284,7 +339,10 @@ impl ObjectStore {
     pub async fn list(&self, dir: &str) -> Result<Vec<String>> {
         let dir_path = normalize_prefix(dir);
         let full = self.full(&dir_path);
-        let entries = match self.op.list(&full).await {
+        let listed = self
+            .read_op(&dir_path, async { Ok(self.op.list(&full).await) })
+            .await?;
+        let entries = match listed {
             Ok(entries) => entries,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(self.io(&dir_path, e)),
@@ -300,20 +358,26 @@ impl ObjectStore {
 
     /// Deletes an object; a missing one is not an error.
     pub async fn delete(&self, path: &str) -> Result<()> {
-        self.op
-            .delete(&self.full(path))
-            .await
-            .map_err(|e| self.io(path, e))
+        self.write_op(path, async {
+            self.op
+                .delete(&self.full(path))
+                .await
+                .map_err(|e| self.io(path, e))
+        })
+        .await
     }
 
     /// Deletes everything under `dir`.
     pub async fn delete_all(&self, dir: &str) -> Result<()> {
         let dir_path = normalize_prefix(dir);
-        self.op
-            .delete_with(&self.full(&dir_path))
-            .recursive(true)
-            .await
-            .map_err(|e| self.io(&dir_path, e))
+        self.write_op(&dir_path, async {
+            self.op
+                .delete_with(&self.full(&dir_path))
+                .recursive(true)
+                .await
+                .map_err(|e| self.io(&dir_path, e))
+        })
+        .await
     }
 
     /// The opendal operator and the full path of `path`, for streaming reads and writes.
@@ -338,6 +402,11 @@ impl std::fmt::Debug for ObjectWriter {
 impl ObjectWriter {
     pub async fn write(&mut self, bytes: impl Into<Bytes>) -> Result<()> {
         let bytes: Bytes = bytes.into();
+        if let Some(f) = &self.store.faults
+            && f.before(true).await != faults::Outcome::Proceed
+        {
+            return Err(faults::injected(self.store.url_of(&self.path), false));
+        }
         self.writer
             .write(bytes)
             .await
@@ -345,11 +414,16 @@ impl ObjectWriter {
     }
 
     pub async fn close(mut self) -> Result<()> {
-        self.writer
-            .close()
+        let store = self.store.clone();
+        store
+            .write_op(&self.path, async {
+                self.writer
+                    .close()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.store.io(&self.path, e))
+            })
             .await
-            .map(|_| ())
-            .map_err(|e| self.store.io(&self.path, e))
     }
 }
 

@@ -1,0 +1,677 @@
+//! The fault-injection campaign (issue 11): Floe's promise is that any process may die or stall at
+//! any moment and the committed output is still exactly the fault-free output. Each run starts a
+//! local cluster in application mode (a JobManager with an operation log, two TaskManagers, real
+//! processes on loopback), runs one of the jobs below, and injects a random schedule of faults:
+//!
+//! - SIGKILL of a TaskManager, restarted under its id after a random delay (a pod's container
+//!   restarting), or of the JobManager, restarted on its ports (a new leader epoch);
+//! - SIGSTOP and, after 0.3 to 4 s, SIGCONT of a TaskManager or the JobManager (a GC-like pause,
+//!   often past the 2 s heartbeat timeout);
+//! - for a share of runs, object-store faults in every process (`floe.testing.object-store.*`:
+//!   failed, lost-answer and delayed writes and reads of checkpoints, log appends, remote shuffle
+//!   and sink files) and checkpoints that time out mid-alignment.
+//!
+//! Like a supervisor (Kubernetes restarts a pod whose container exits), the harness restarts any
+//! process that exits on its own. After the run it checks the history: the job FINISHED (no hang
+//! within 240 s); the committed output equals the fault-free output as a multiset (streaming: every
+//! running count of every word exactly once; batch: exact final counts), with no in-progress file
+//! left; every TaskManager reports no execution left running. Jobs: the streaming `pipeline` with a
+//! keyed reduce or sum (heap and RocksDB state, `file://` and `s3://` job storage), streaming
+//! WordCount over a file, and the `pipeline` as a multi-stage batch job with local blocking or
+//! remote shuffle.
+//!
+//! It prints a table: runs, faults injected by kind, exact outputs, hangs, recovery time (fault to
+//! every subtask running again after a restart; median and max).
+//!
+//! `FLOE_CAMPAIGN_RUNS` (default 3: the short fixed-seed subset `cargo test` runs) and
+//! `FLOE_CAMPAIGN_SEED` (default 1): run `r` uses seed `SEED + r`, so any run is reproduced alone
+//! with `FLOE_CAMPAIGN_RUNS=1 FLOE_CAMPAIGN_SEED=<its seed>`. The full campaign:
+//! `FLOE_CAMPAIGN_RUNS=200 cargo test --workspace --test fault_campaign -- --nocapture`.
+//! Where `moto_server` is missing the `s3://` variants run on `file://` (unless `FLOE_REQUIRE_MOTO`).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe_storage::testing::MotoServer;
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::Value;
+
+/// SplitMix64: the campaign's only source of randomness, so a seed replays a run's schedule.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        Duration::from_millis(from + self.below(to - from + 1))
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// Streaming `pipeline`: generator -> map -> keyed aggregation -> exactly-once file sink.
+    Pipeline { rocksdb: bool, sum: bool, s3: bool },
+    /// Streaming WordCount over a file.
+    WordCount,
+    /// `pipeline` in BATCH mode, every exchange blocking: local disk or remote (object storage).
+    Batch { remote: bool },
+}
+
+impl Job {
+    fn pick(rng: &mut Rng) -> Job {
+        match rng.below(6) {
+            0..=2 => Job::Pipeline {
+                rocksdb: rng.chance(0.5),
+                sum: rng.chance(0.5),
+                s3: rng.chance(0.5),
+            },
+            3 => Job::WordCount,
+            _ => Job::Batch {
+                remote: rng.chance(0.5),
+            },
+        }
+    }
+
+    fn name(&self) -> String {
+        match self {
+            Job::Pipeline { rocksdb, sum, s3 } => format!(
+                "stream-{}-{}-{}",
+                if *sum { "sum" } else { "reduce" },
+                if *rocksdb { "rocksdb" } else { "heap" },
+                if *s3 { "s3" } else { "file" }
+            ),
+            Job::WordCount => "stream-wordcount".into(),
+            Job::Batch { remote } => format!("batch-{}", if *remote { "remote" } else { "local" }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Fault {
+    KillTaskManager,
+    PauseTaskManager,
+    KillJobManager,
+    PauseJobManager,
+    /// Per run: object-store failures and delays in every process.
+    ObjectStore,
+    /// Per run: a 200 ms checkpoint timeout, so alignments are aborted mid-way.
+    CheckpointTimeout,
+}
+
+const SEED: u64 = 42;
+const PIPELINE_RECORDS: u64 = 30_000;
+const PIPELINE_RATE: u64 = 5_000;
+const BATCH_RECORDS: u64 = 200_000;
+/// Lines per second of the batch job's generator: it runs about 5 s, so faults meet every stage.
+const BATCH_RATE: u64 = 40_000;
+
+/// The inputs every run shares: the WordCount input and the S3 server.
+struct Shared {
+    words: PathBuf,
+    word_counts: HashMap<String, u64>,
+    moto: Option<Arc<MotoServer>>,
+}
+
+#[derive(Debug, Default)]
+struct Report {
+    seed: u64,
+    job: String,
+    faults: Vec<Fault>,
+    /// Processes that exited on their own and were restarted by the harness.
+    exits: usize,
+    exact: bool,
+    hang: bool,
+    recoveries: Vec<Duration>,
+    problems: Vec<String>,
+    duration: Duration,
+}
+
+fn kill(signal: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status();
+}
+
+/// `GET path` of the JobManager's REST API, `None` while it does not answer.
+fn rest(cluster: &LocalCluster, path: &str) -> Option<Value> {
+    match try_http("GET", &cluster.rest_address, path) {
+        Some((200, v)) => Some(v),
+        _ => None,
+    }
+}
+
+/// The one job the JobManager runs.
+fn job_details(cluster: &LocalCluster) -> Option<Value> {
+    let list = rest(cluster, "/jobs")?;
+    let id = list["jobs"].get(0)?["id"].as_str()?.to_string();
+    rest(cluster, &format!("/jobs/{id}")).filter(|j| j["vertices"].is_array())
+}
+
+fn all_subtasks_running(job: &Value) -> bool {
+    job["state"] == "RUNNING"
+        && job["vertices"].as_array().is_some_and(|vs| {
+            vs.iter().all(|v| {
+                v["subtasks"].as_array().is_some_and(|ss| {
+                    ss.iter()
+                        .all(|s| s["status"] == "RUNNING" || s["status"] == "FINISHED")
+                })
+            })
+        })
+}
+
+/// Restarts what exited on its own, as a supervisor would; returns how many.
+fn supervise(cluster: &mut LocalCluster) -> usize {
+    let exited = cluster.exited();
+    for name in &exited {
+        let restarted = if name == "jobmanager" {
+            cluster.restart_jobmanager()
+        } else {
+            let index = name.trim_start_matches("taskmanager-").parse().unwrap();
+            cluster.restart_taskmanager(index)
+        };
+        if let Err(e) = restarted {
+            eprintln!("  restart of {name} failed (will retry): {e:#}");
+        }
+    }
+    exited.len()
+}
+
+/// Sleeps `d` while supervising.
+fn pause(cluster: &mut LocalCluster, d: Duration, exits: &mut usize) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        *exits += supervise(cluster);
+        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+    }
+}
+
+fn manifest(dir: &Path, job: Job, shared: &Shared, conf: &BTreeMap<String, String>) -> PathBuf {
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    let (name, args, mode, parallelism) = match job {
+        Job::Pipeline { sum, .. } => (
+            "pipeline",
+            vec![
+                "--output".to_string(),
+                out.into(),
+                "--records".into(),
+                PIPELINE_RECORDS.to_string(),
+                "--rate".into(),
+                PIPELINE_RATE.to_string(),
+                "--seed".into(),
+                SEED.to_string(),
+                "--aggregate".into(),
+                if sum { "sum" } else { "reduce" }.into(),
+            ],
+            "streaming",
+            2,
+        ),
+        Job::WordCount => (
+            "wordcount",
+            vec![
+                "--input".to_string(),
+                shared.words.display().to_string(),
+                "--output".into(),
+                out.into(),
+            ],
+            "streaming",
+            2,
+        ),
+        Job::Batch { .. } => (
+            "pipeline",
+            vec![
+                "--output".to_string(),
+                out.into(),
+                "--records".into(),
+                BATCH_RECORDS.to_string(),
+                "--seed".into(),
+                SEED.to_string(),
+                "--reduce-parallelism".into(),
+                "3".into(),
+                "--rate".into(),
+                BATCH_RATE.to_string(),
+            ],
+            "batch",
+            4,
+        ),
+    };
+    let storage = match (job, &shared.moto) {
+        (Job::Pipeline { s3: true, .. }, Some(moto)) => moto.url(&dir.file_name().unwrap().to_string_lossy()),
+        _ => format!("file://{}", dir.join("storage").display()),
+    };
+    let mut text = format!(
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: campaign }}\nspec:\n  job:\n    name: {name}\n    args: {}\n    parallelism: {parallelism}\n    mode: {mode}\n  taskManager: {{ replicas: 2, slots: 2 }}\n  storage: {{ url: {storage:?} }}\n  configuration:\n",
+        serde_json::to_string(&args).unwrap()
+    );
+    for (k, v) in conf {
+        text.push_str(&format!("    {k}: {v:?}\n"));
+    }
+    let path = dir.join("job.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every committed line of the output directory; a problem for in-progress leftovers.
+fn committed(dir: &Path, problems: &mut Vec<String>) -> Vec<(String, u64)> {
+    let mut lines = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        problems.push(format!("no output directory {}", dir.display()));
+        return lines;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.contains("inprogress") {
+            problems.push(format!("in-progress file {name} left after the job finished"));
+            continue;
+        }
+        if !name.starts_with("part-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap_or_default().lines() {
+            match line
+                .rsplit_once('\t')
+                .and_then(|(w, c)| Some((w.to_string(), c.parse().ok()?)))
+            {
+                Some(pair) => lines.push(pair),
+                None => problems.push(format!("malformed output line {line:?} in {name}")),
+            }
+        }
+    }
+    lines
+}
+
+/// Every running count of every word, once: what a fault-free streaming run commits.
+fn every_update(counts: &HashMap<String, u64>) -> Vec<(String, u64)> {
+    let mut lines: Vec<(String, u64)> = counts
+        .iter()
+        .flat_map(|(w, &n)| (1..=n).map(move |c| (w.clone(), c)))
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn check_output(job: Job, dir: &Path, shared: &Shared, problems: &mut Vec<String>) -> bool {
+    let mut got = committed(&dir.join("out"), problems);
+    got.sort();
+    let expected = match job {
+        Job::Pipeline { .. } => every_update(&pipeline_reference(SEED, PIPELINE_RECORDS)),
+        Job::WordCount => every_update(&shared.word_counts),
+        Job::Batch { .. } => {
+            let mut lines: Vec<(String, u64)> = pipeline_reference(SEED, BATCH_RECORDS).into_iter().collect();
+            lines.sort();
+            lines
+        }
+    };
+    if got == expected {
+        return true;
+    }
+    let dupes = got.windows(2).filter(|w| w[0] == w[1]).count();
+    let missing = {
+        let mut have: HashMap<&(String, u64), i64> = HashMap::new();
+        for l in &got {
+            *have.entry(l).or_insert(0) += 1;
+        }
+        expected
+            .iter()
+            .filter(|l| match have.get_mut(l) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    false
+                }
+                _ => true,
+            })
+            .count()
+    };
+    problems.push(format!(
+        "output differs from the fault-free run: {} lines, expected {} ({dupes} duplicated, {missing} missing)",
+        got.len(),
+        expected.len()
+    ));
+    false
+}
+
+fn run(seed: u64, shared: &Shared) -> Report {
+    let mut rng = Rng(seed);
+    let job = Job::pick(&mut rng);
+    let mut report = Report {
+        seed,
+        job: job.name(),
+        ..Report::default()
+    };
+    let started = Instant::now();
+    let dir = scratch(&format!("campaign-{seed}"));
+    let mut conf: BTreeMap<String, String> = [
+        ("restart-strategy.fixed-delay.attempts", "1000"),
+        ("restart-strategy.fixed-delay.delay", "200 ms"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    if let Job::Pipeline { rocksdb, .. } = job {
+        conf.insert(
+            "state.backend.type".into(),
+            if rocksdb { "rocksdb" } else { "hashmap" }.into(),
+        );
+    }
+    if matches!(job, Job::Pipeline { .. } | Job::WordCount) {
+        conf.insert("execution.checkpointing.interval".into(), "500 ms".into());
+        conf.insert("execution.checkpointing.num-retained".into(), "2".into());
+        if rng.chance(0.2) {
+            report.faults.push(Fault::CheckpointTimeout);
+            conf.insert("execution.checkpointing.timeout".into(), "200 ms".into());
+        }
+    }
+    if let Job::Batch { remote } = job {
+        conf.insert(
+            "execution.batch-shuffle-mode".into(),
+            "ALL_EXCHANGES_BLOCKING".into(),
+        );
+        if remote {
+            conf.insert("shuffle.remote.enabled".into(), "true".into());
+        }
+    }
+    if let (Job::Pipeline { s3: true, .. }, Some(moto)) = (job, &shared.moto) {
+        conf.extend(moto.conf());
+    }
+    if rng.chance(0.3) {
+        report.faults.push(Fault::ObjectStore);
+        conf.insert(floe_storage::faults::FAILURE_RATE_KEY.into(), "0.03".into());
+        conf.insert(floe_storage::faults::AMBIGUOUS_RATE_KEY.into(), "0.5".into());
+        conf.insert(floe_storage::faults::MAX_DELAY_KEY.into(), "30".into());
+        conf.insert(floe_storage::faults::SEED_KEY.into(), seed.to_string());
+    }
+    let spec = ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers: 2,
+        slots: 2,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: Duration::from_secs(2),
+        job_file: Some(manifest(&dir, job, shared, &conf)),
+    };
+    let mut cluster = match LocalCluster::start(&spec) {
+        Ok(c) => c,
+        Err(e) => {
+            report.problems.push(format!("the cluster did not start: {e:#}"));
+            report.hang = true;
+            return report;
+        }
+    };
+    // The job runs (or already ended).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while !job_details(&cluster).is_some_and(|j| j["state"] != "CREATED") && Instant::now() < deadline {
+        pause(&mut cluster, Duration::from_millis(50), &mut report.exits);
+    }
+    let injected = 1 + rng.below(3);
+    for _ in 0..injected {
+        pause(&mut cluster, rng.millis(100, 1_500), &mut report.exits);
+        let before = job_details(&cluster);
+        if before.as_ref().is_some_and(|j| j["state"] != "RUNNING") {
+            break; // ended: nothing left to disturb
+        }
+        let restarts_before = before.as_ref().and_then(|j| j["restarts"].as_u64()).unwrap_or(0);
+        let t0 = Instant::now();
+        let fault = match rng.below(4) {
+            0 => Fault::KillTaskManager,
+            1 => Fault::PauseTaskManager,
+            2 => Fault::KillJobManager,
+            _ => Fault::PauseJobManager,
+        };
+        let tm = rng.below(2) as usize;
+        let (hold, delay) = (rng.millis(300, 4_000), rng.millis(0, 1_500));
+        let mut jm_restarted = false;
+        match fault {
+            Fault::KillTaskManager => {
+                kill("-KILL", cluster.taskmanager_pids()[tm]);
+                // Down for a while (a pod being rescheduled), then back under its id.
+                std::thread::sleep(delay);
+                if let Err(e) = cluster.restart_taskmanager(tm) {
+                    report
+                        .problems
+                        .push(format!("taskmanager-{tm} did not come back: {e:#}"));
+                }
+            }
+            Fault::PauseTaskManager => {
+                let pid = cluster.taskmanager_pids()[tm];
+                kill("-STOP", pid);
+                std::thread::sleep(hold);
+                kill("-CONT", pid);
+            }
+            Fault::KillJobManager => {
+                if let Some(pid) = cluster.jobmanager_pid() {
+                    kill("-KILL", pid);
+                }
+                std::thread::sleep(delay);
+                if cluster.exited().iter().any(|n| n == "jobmanager")
+                    && let Err(e) = cluster.restart_jobmanager()
+                {
+                    report
+                        .problems
+                        .push(format!("the JobManager did not come back: {e:#}"));
+                }
+                jm_restarted = true;
+            }
+            Fault::PauseJobManager => {
+                if let Some(pid) = cluster.jobmanager_pid() {
+                    kill("-STOP", pid);
+                    std::thread::sleep(hold);
+                    kill("-CONT", pid);
+                }
+            }
+            Fault::ObjectStore | Fault::CheckpointTimeout => unreachable!("per-run faults"),
+        }
+        report.faults.push(fault);
+        // Recovery: every subtask running again after a restart the fault caused. A pause
+        // shorter than the heartbeat timeout may cause none: watch until a restart would have
+        // shown (the pause, the 2 s timeout and a margin), 30 s after a kill.
+        let watch_until = match fault {
+            Fault::PauseTaskManager | Fault::PauseJobManager => t0 + hold + Duration::from_secs(4),
+            _ => t0 + Duration::from_secs(30),
+        };
+        while Instant::now() < watch_until {
+            report.exits += supervise(&mut cluster);
+            if let Some(j) = job_details(&cluster) {
+                if matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")) {
+                    break;
+                }
+                let restarted = jm_restarted || j["restarts"].as_u64().unwrap_or(0) > restarts_before;
+                if restarted && all_subtasks_running(&j) {
+                    report.recoveries.push(t0.elapsed());
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // The end.
+    let end = loop {
+        report.exits += supervise(&mut cluster);
+        let j = job_details(&cluster);
+        if let Some(j) = j.filter(|j| matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")))
+        {
+            break Some(j);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    match end {
+        None => {
+            report.hang = true;
+            let last = job_details(&cluster).map(|j| j["state"].clone());
+            report
+                .problems
+                .push(format!("no end within 240 s (last state {last:?})"));
+        }
+        Some(j) if j["state"] != "FINISHED" => {
+            report
+                .problems
+                .push(format!("job {}: {}", j["state"], j["failure-cause"]));
+        }
+        Some(_) => {
+            report.exact = check_output(job, &dir, shared, &mut report.problems);
+            // Nothing left running: within three heartbeats every TaskManager holds no execution.
+            let until = Instant::now() + Duration::from_secs(4);
+            loop {
+                let running: Vec<String> = rest(&cluster, "/taskmanagers")
+                    .map(|t| {
+                        t["taskmanagers"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter(|tm| tm["executions-running"].as_u64() != Some(0))
+                            .map(|tm| format!("{} runs {}", tm["id"], tm["executions-running"]))
+                            .collect()
+                    })
+                    .unwrap_or_else(|| vec!["the JobManager does not answer".into()]);
+                if running.is_empty() {
+                    break;
+                }
+                if Instant::now() > until {
+                    report
+                        .problems
+                        .push(format!("left running after the end: {running:?}"));
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    cluster.shutdown();
+    report.duration = started.elapsed();
+    if report.problems.is_empty() {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        report
+            .problems
+            .push(format!("logs kept in {}", dir.join("work/logs").display()));
+    }
+    report
+}
+
+fn median(mut v: Vec<Duration>) -> Option<Duration> {
+    v.sort();
+    v.get(v.len() / 2).copied()
+}
+
+fn print_table(reports: &[Report]) {
+    let mut faults: BTreeMap<Fault, usize> = BTreeMap::new();
+    let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
+    for r in reports {
+        for f in &r.faults {
+            *faults.entry(*f).or_insert(0) += 1;
+        }
+        *jobs.entry(r.job.clone()).or_insert(0) += 1;
+    }
+    let recoveries: Vec<Duration> = reports.iter().flat_map(|r| r.recoveries.clone()).collect();
+    let max = recoveries.iter().max().copied();
+    println!("\nfault campaign");
+    println!("  runs                       {}", reports.len());
+    for (job, n) in &jobs {
+        println!("    {job:<26} {n}");
+    }
+    println!("  faults injected            {}", faults.values().sum::<usize>());
+    for (fault, n) in &faults {
+        println!("    {:<26} {n}", format!("{fault:?}"));
+    }
+    println!(
+        "  processes that exited     {}",
+        reports.iter().map(|r| r.exits).sum::<usize>()
+    );
+    println!(
+        "  exact outputs              {} of {}",
+        reports.iter().filter(|r| r.exact).count(),
+        reports.len()
+    );
+    println!(
+        "  hangs                      {}",
+        reports.iter().filter(|r| r.hang).count()
+    );
+    println!(
+        "  recovery time              median {:?}, max {:?} ({} restarts measured)",
+        median(recoveries.clone()).map(|d| d.as_millis()),
+        max.map(|d| d.as_millis()),
+        recoveries.len()
+    );
+    println!(
+        "  run time                   median {:?} ms",
+        median(reports.iter().map(|r| r.duration).collect()).map(|d| d.as_millis())
+    );
+}
+
+fn campaign() -> Result<(), Failed> {
+    let runs: u64 = std::env::var("FLOE_CAMPAIGN_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("FLOE_CAMPAIGN_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let words = std::env::temp_dir().join(format!("floe-campaign-words-{}.txt", std::process::id()));
+    floe::generate::write_words(&words, 12 << 20, 77).unwrap();
+    let shared = Shared {
+        word_counts: reference_count(&words),
+        words,
+        moto: MotoServer::for_tests("the fault campaign's s3:// runs (they use file://)", "campaign"),
+    };
+    let mut reports = Vec::new();
+    for r in 0..runs {
+        let report = run(seed + r, &shared);
+        let verdict = if report.problems.is_empty() {
+            "ok"
+        } else {
+            "FAILED"
+        };
+        println!(
+            "run {:>3} seed {:>4} {:<26} faults {:?}: {verdict} in {} ms",
+            r,
+            report.seed,
+            report.job,
+            report.faults,
+            report.duration.as_millis()
+        );
+        for p in &report.problems {
+            println!("    {p}");
+        }
+        reports.push(report);
+    }
+    print_table(&reports);
+    let _ = std::fs::remove_file(&shared.words);
+    let failed: Vec<u64> = reports
+        .iter()
+        .filter(|r| !r.problems.is_empty())
+        .map(|r| r.seed)
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {runs} runs failed (seeds {failed:?}); see above",
+            failed.len()
+        )
+        .into())
+    }
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    libtest_mimic::run(&args, vec![Trial::test("fault_campaign", campaign)]).exit();
+}
