@@ -114,48 +114,75 @@ impl PartitionWriter for RemoteWriter {
         let index = partition.finished().await?;
         let data_path = index.data_path.clone();
         for subpartition in 0..num_subpartitions {
-            let path = object_path(&id, subpartition);
-            let mut object = store.writer(&path).await.map_err(|e| storage_error(&id, e))?;
             let entries = &index.entries[subpartition as usize];
-            // Pieces of about one buffer (at least one frame): read from the local file off the
-            // async workers, then written.
-            let mut at = 0;
-            while at < entries.len() {
-                let mut end = at + 1;
-                let mut bytes = entries[at].1 + 4;
-                while end < entries.len() && bytes + entries[end].1 + 4 <= UPLOAD_PIECE {
-                    bytes += entries[end].1 + 4;
-                    end += 1;
-                }
-                let piece = entries[at..end].to_vec();
-                let file_path = data_path.clone();
-                let framed = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
-                    use std::os::unix::fs::FileExt;
-                    let file = std::fs::File::open(&file_path)?;
-                    let mut out =
-                        BytesMut::with_capacity(usize::try_from(bytes).map_err(std::io::Error::other)?);
-                    for (offset, len) in piece {
-                        let len = usize::try_from(len).map_err(std::io::Error::other)?;
-                        let mut buffer = vec![0; len];
-                        file.read_exact_at(&mut buffer, offset)?;
-                        out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
-                        out.put_slice(&buffer);
-                    }
-                    Ok(out.freeze())
-                })
-                .await
-                .map_err(|e| Error::io(&data_path, std::io::Error::other(e)))?
-                .map_err(|e| Error::io(&data_path, e))?;
-                object.write(framed).await.map_err(|e| storage_error(&id, e))?;
-                at = end;
-            }
-            object.close().await.map_err(|e| storage_error(&id, e))?;
+            // The local file stays until every subpartition is up, so a failed upload starts over.
+            floe_storage::with_retries("uploading a remote partition", || {
+                upload_subpartition(&store, &id, subpartition, &data_path, entries)
+            })
+            .await
+            .map_err(|e| storage_error(&id, e))?;
         }
         // The data lives in storage now; the local copy is not served to anyone.
         let _ = std::fs::remove_file(&data_path);
         let _ = std::fs::remove_file(data_path.with_extension("index"));
         Ok(stats)
     }
+}
+
+/// Uploads one subpartition from the local data file, in pieces of about [`UPLOAD_PIECE`] bytes
+/// (at least one frame), read off the async workers. Replaces the object: safe to try again.
+async fn upload_subpartition(
+    store: &ObjectStore,
+    id: &ResultPartitionId,
+    subpartition: u32,
+    data_path: &std::path::Path,
+    entries: &[(u64, u64)],
+) -> floe_storage::Result<()> {
+    let mut object = store.writer(&object_path(id, subpartition)).await?;
+    let mut at = 0;
+    while at < entries.len() {
+        let mut end = at + 1;
+        let mut bytes = entries[at].1 + 4;
+        while end < entries.len() && bytes + entries[end].1 + 4 <= UPLOAD_PIECE {
+            bytes += entries[end].1 + 4;
+            end += 1;
+        }
+        let piece = entries[at..end].to_vec();
+        let file_path = data_path.to_path_buf();
+        let read = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
+            use std::os::unix::fs::FileExt;
+            let file = std::fs::File::open(&file_path)?;
+            let mut out = BytesMut::with_capacity(usize::try_from(bytes).map_err(std::io::Error::other)?);
+            for (offset, len) in piece {
+                let len = usize::try_from(len).map_err(std::io::Error::other)?;
+                let mut buffer = vec![0; len];
+                file.read_exact_at(&mut buffer, offset)?;
+                out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
+                out.put_slice(&buffer);
+            }
+            Ok(out.freeze())
+        })
+        .await;
+        let framed = match read {
+            Ok(Ok(framed)) => framed,
+            // The local file is unreadable: not a storage fault, and trying again will not help.
+            Ok(Err(e)) => {
+                return Err(floe_storage::Error::Corrupt {
+                    url: format!("file://{}", data_path.display()),
+                    reason: format!("cannot read the partition's local data: {e}"),
+                });
+            }
+            Err(e) => {
+                return Err(floe_storage::Error::Corrupt {
+                    url: format!("file://{}", data_path.display()),
+                    reason: format!("reading the partition's local data failed: {e}"),
+                });
+            }
+        };
+        object.write(framed).await?;
+        at = end;
+    }
+    object.close().await
 }
 
 /// Bytes of frames an upload writes at a time.
@@ -211,11 +238,11 @@ impl RemoteSubpartitionReader {
         let size = match self.size {
             Some(size) => size,
             None => {
-                let size = self
-                    .store
-                    .size(&self.path)
-                    .await
-                    .map_err(|e| storage_error(&self.id, e))?;
+                let (store, path) = (&self.store, &self.path);
+                let size =
+                    floe_storage::with_retries("reading a remote partition's size", || store.size(path))
+                        .await
+                        .map_err(|e| storage_error(&self.id, e))?;
                 *self.size.insert(size)
             }
         };
@@ -223,11 +250,11 @@ impl RemoteSubpartitionReader {
             return Ok(false);
         }
         let end = (self.fetched + self.chunk.max(at_least)).min(size);
-        let bytes = self
-            .store
-            .get_range(&self.path, self.fetched..end)
-            .await
-            .map_err(|e| storage_error(&self.id, e))?;
+        let (store, path, start) = (&self.store, &self.path, self.fetched);
+        let bytes =
+            floe_storage::with_retries("reading a remote partition", || store.get_range(path, start..end))
+                .await
+                .map_err(|e| storage_error(&self.id, e))?;
         if bytes.is_empty() {
             return Err(self.corrupt(format!("no bytes at {} of {size}", self.fetched)));
         }

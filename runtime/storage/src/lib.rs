@@ -58,6 +58,28 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Runs an idempotent storage operation (a read, or a write that replaces its object), trying again
+/// on a retryable error, up to 5 more times with doubling delays from 100 ms: a store that was
+/// unavailable for a moment beyond the retry layer fails the call only if it stays so for seconds.
+pub async fn with_retries<T, F, Fut>(what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut delay = Duration::from_millis(100);
+    for _ in 0..5 {
+        match op().await {
+            Err(e) if e.is_retryable() => {
+                tracing::warn!("{what} failed, trying again in {} ms: {e}", delay.as_millis());
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            outcome => return outcome,
+        }
+    }
+    op().await
+}
+
 /// Looks a setting up in the configuration, then in the environment.
 fn setting(conf: &BTreeMap<String, String>, key: &str, env: &[&str]) -> Option<String> {
     conf.get(key)
