@@ -71,9 +71,14 @@ impl Faults {
         if failure_rate == 0.0 && max_delay.is_zero() {
             return Ok(None);
         }
-        // Each process draws its own sequence: the same seed in every process would fail the same
-        // n-th operation everywhere.
-        let seed = number(SEED_KEY)? ^ u64::from(std::process::id()).rotate_left(32);
+        // Each process and each store opened in it draws its own sequence: with one sequence per
+        // seed, every store a restarted task opens would fail the same first operation, forever
+        // (the campaign's seed 1030: a keyed-state restore failed on every attempt).
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        let opened = OPENED.fetch_add(1, Ordering::Relaxed);
+        let seed = number(SEED_KEY)?
+            ^ u64::from(std::process::id()).rotate_left(32)
+            ^ opened.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         Ok(Some(Faults {
             failure_rate,
             ambiguous_rate,
