@@ -266,25 +266,24 @@ impl OperationLog {
         let outcome = match self.store.create(&path, entry.clone()).await {
             Ok(()) => Ok(()),
             // A store may apply a write and lose its answer: whether this append took effect is
-            // read back. The entry holds exactly these bytes if it did (an earlier try of this
-            // very append included); anything else there is a newer JobManager's seal.
-            Err(floe_storage::Error::AlreadyExists { url }) => match self.store.get_opt(&path).await {
-                Ok(Some(found)) if found == entry => Ok(()),
-                Ok(_) => Err(Error::Fenced {
-                    epoch: self.epoch,
-                    url,
-                }),
-                Err(e) => Err(e.into()),
-            },
-            Err(e) if e.is_retryable() => match self.store.get_opt(&path).await {
-                Ok(Some(found)) if found == entry => Ok(()),
-                Ok(Some(_)) => Err(Error::Fenced {
+            // read back, after a refusal (an earlier try of this very append may have written it)
+            // and after a transient failure alike. The entry holds exactly these bytes if it did;
+            // anything else there is a newer JobManager's seal.
+            Err(e) if matches!(e, floe_storage::Error::AlreadyExists { .. }) || e.is_retryable() => {
+                let refused = matches!(e, floe_storage::Error::AlreadyExists { .. });
+                let fenced = || Error::Fenced {
                     epoch: self.epoch,
                     url: self.store.url_of(&path),
-                }),
-                // Not written (or unknown yet): the caller tries again at the same sequence number.
-                Ok(None) | Err(_) => Err(e.into()),
-            },
+                };
+                match self.store.get_opt(&path).await {
+                    Ok(Some(found)) if found == entry => Ok(()),
+                    Ok(Some(_)) => Err(fenced()),
+                    Ok(None) if refused => Err(fenced()),
+                    Err(read) if refused => Err(read.into()),
+                    // Not written (or unknown yet): the caller tries again at the same number.
+                    Ok(None) | Err(_) => Err(e.into()),
+                }
+            }
             Err(e) => Err(e.into()),
         };
         if outcome.is_ok() {

@@ -163,22 +163,13 @@ async fn upload_subpartition(
             Ok(out.freeze())
         })
         .await;
-        let framed = match read {
-            Ok(Ok(framed)) => framed,
-            // The local file is unreadable: not a storage fault, and trying again will not help.
-            Ok(Err(e)) => {
-                return Err(floe_storage::Error::Corrupt {
-                    url: format!("file://{}", data_path.display()),
-                    reason: format!("cannot read the partition's local data: {e}"),
-                });
+        // The local file is unreadable: not a storage fault, and trying again will not help.
+        let framed = read.map_err(std::io::Error::other).and_then(|r| r).map_err(|e| {
+            floe_storage::Error::Corrupt {
+                url: format!("file://{}", data_path.display()),
+                reason: format!("cannot read the partition's local data: {e}"),
             }
-            Err(e) => {
-                return Err(floe_storage::Error::Corrupt {
-                    url: format!("file://{}", data_path.display()),
-                    reason: format!("reading the partition's local data failed: {e}"),
-                });
-            }
-        };
+        })?;
         object.write(framed).await?;
         at = end;
     }

@@ -424,15 +424,12 @@ impl std::fmt::Debug for ObjectWriter {
 impl ObjectWriter {
     pub async fn write(&mut self, bytes: impl Into<Bytes>) -> Result<()> {
         let bytes: Bytes = bytes.into();
-        if let Some(f) = &self.store.faults
-            && f.before(true).await != faults::Outcome::Proceed
-        {
-            return Err(faults::injected(self.store.url_of(&self.path), false));
-        }
-        self.writer
-            .write(bytes)
+        let (store, path, writer) = (&self.store, &self.path, &mut self.writer);
+        store
+            .write_op(path, async {
+                writer.write(bytes).await.map_err(|e| store.io(path, e))
+            })
             .await
-            .map_err(|e| self.store.io(&self.path, e))
     }
 
     pub async fn close(mut self) -> Result<()> {
