@@ -355,6 +355,37 @@ mod tests {
         assert!(held <= chunk + 5004, "held {held} bytes at once");
     }
 
+    /// The campaign's seed 1001: a storage failure past the store's retry layer failed the whole
+    /// upload or read, the task restarted into the next one, and the job never ended. Uploads and
+    /// ranged reads now try again: with one call in ten failing (injected above the retry layer),
+    /// a partition read in about a hundred ranges still comes back whole.
+    #[tokio::test]
+    async fn a_remote_partition_is_written_and_read_through_storage_that_fails_now_and_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty: BTreeMap<String, String> = [
+            (floe_storage::faults::FAILURE_RATE_KEY, "0.1"),
+            (floe_storage::faults::SEED_KEY, "1001"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+        let store = ObjectStore::open(&format!("file://{}/storage", dir.path().display()), &faulty)
+            .unwrap()
+            .scoped("shuffle");
+        let producer = env(&dir.path().join("tm-a"));
+        let mut writer = producer.create_remote_writer(id(), 1, store.clone()).unwrap();
+        let sent: Vec<Bytes> = (0..200u32).map(|i| Bytes::from(vec![i as u8; 32])).collect();
+        for b in &sent {
+            writer.emit(0, b.clone()).await.unwrap();
+        }
+        writer.finish().await.expect("the upload tries again");
+        let mut reader = RemoteSubpartitionReader::new(store, id(), 0, 64);
+        let mut got = Vec::new();
+        while let Some(buffer) = reader.next().await.expect("each range read tries again") {
+            got.push(buffer);
+        }
+        assert_eq!(got, sent);
+    }
+
     #[tokio::test]
     async fn a_remote_partition_is_read_from_storage_after_its_producer_is_gone() {
         let dir = tempfile::tempdir().unwrap();

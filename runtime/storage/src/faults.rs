@@ -159,6 +159,26 @@ mod tests {
         );
     }
 
+    /// The campaign's seed 1030: each store a restarted task opened replayed one fault sequence, so
+    /// the same first operation failed on every attempt. Stores opened with one seed differ.
+    #[tokio::test]
+    async fn every_store_opened_draws_its_own_fault_sequence() {
+        let plan = conf(&[(FAILURE_RATE_KEY, "0.5"), (SEED_KEY, "7")]);
+        let mut sequences = std::collections::BTreeSet::new();
+        for _ in 0..8 {
+            let faults = Faults::from_configuration(&plan).expect("ok").expect("faults");
+            let mut outcomes = Vec::new();
+            for _ in 0..16 {
+                outcomes.push(faults.before(false).await == Outcome::Proceed);
+            }
+            sequences.insert(outcomes);
+        }
+        assert!(
+            sequences.len() > 1,
+            "8 stores opened, one fault sequence: {sequences:?}"
+        );
+    }
+
     #[tokio::test]
     async fn the_failure_rate_is_the_share_that_fails() {
         let faults = Faults::from_configuration(&conf(&[(FAILURE_RATE_KEY, "0.2"), (SEED_KEY, "7")]))
