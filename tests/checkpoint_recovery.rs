@@ -87,6 +87,8 @@ fn recover(
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(2),
         job_file: None,
+        placement: None,
+        env: Vec::new(),
     };
     let cluster = LocalCluster::start(&spec).unwrap();
     let out = dir.join("out");

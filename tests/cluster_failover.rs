@@ -23,6 +23,8 @@ fn cluster(name: &str, taskmanagers: u32, slots: u32) -> (LocalCluster, std::pat
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(2),
         job_file: None,
+        placement: None,
+        env: Vec::new(),
     };
     (LocalCluster::start(&spec).unwrap(), dir)
 }

@@ -65,6 +65,8 @@ fn main() {
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(10),
         job_file: Some(manifest),
+        placement: None,
+        env: Vec::new(),
     };
     let started = Instant::now();
     let mut cluster = LocalCluster::start(&spec).unwrap();

@@ -7,6 +7,10 @@
 //!   restarting), or of the JobManager, restarted on its ports (a new leader epoch);
 //! - SIGSTOP and, after 0.3 to 4 s, SIGCONT of a TaskManager or the JobManager (a GC-like pause,
 //!   often past the 2 s heartbeat timeout);
+//! - network partitions, healed after 0.3 to 4 s: between the two TaskManagers, between the
+//!   JobManager and one TaskManager, and a JobManager cut off from everything while a replacement
+//!   takes over at its Service address (Kubernetes replacing a pod on an unreachable node): two
+//!   JobManagers live at once, the old one fenced but not yet aware of it;
 //! - for a share of runs, object-store faults in every process (`floe.testing.object-store.*`:
 //!   failed, lost-answer and delayed writes and reads of checkpoints, log appends, remote shuffle
 //!   and sink files) and checkpoints that time out mid-alignment.
@@ -15,7 +19,11 @@
 //! process that exits on its own. After the run it checks the history: the job FINISHED (no hang
 //! within 120 s); the committed output equals the fault-free output as a multiset (streaming: every
 //! running count of every word exactly once; batch: exact final counts), with no in-progress file
-//! left; every TaskManager reports no execution left running. Jobs: the streaming `pipeline` with a
+//! left; every TaskManager reports no execution left running; no JobManager that was taken over
+//! is still running; and, from every TaskManager's history (`FLOE_TESTING_HISTORY`), no task of a
+//! fenced JobManager acted after the new epoch began: every deployment and every checkpoint
+//! completion a TaskManager delivered came from the newest leader epoch it had seen, to a task of
+//! that epoch. Jobs: the streaming `pipeline` with a
 //! keyed reduce or sum (heap and RocksDB state, `file://` and `s3://` job storage), streaming
 //! WordCount over a file, and the `pipeline` as a multi-stage batch job with local blocking or
 //! remote shuffle.
@@ -28,6 +36,11 @@
 //! with `FLOE_CAMPAIGN_RUNS=1 FLOE_CAMPAIGN_SEED=<its seed>`. The full campaign:
 //! `FLOE_CAMPAIGN_RUNS=200 cargo test --workspace --test fault_campaign -- --nocapture`.
 //! Where `moto_server` is missing the `s3://` variants run on `file://` (unless `FLOE_REQUIRE_MOTO`).
+//!
+//! The processes run on hosts of their own (network namespaces, `common::netns`: needs root), so
+//! partitions are real dropped packets. Where namespaces cannot be made, the campaign runs on
+//! loopback without partitions and says `SKIPPED: network partitions` (unless `FLOE_REQUIRE_NETNS`:
+//! CI, where it then fails).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -37,8 +50,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::netns::Network;
 use common::*;
-use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe::local_cluster::{ClusterSpec, JOBMANAGER_RPC_PORT, LocalCluster, Placement};
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
@@ -114,7 +128,18 @@ enum Fault {
     ObjectStore,
     /// Per run: a 200 ms checkpoint timeout, so alignments are aborted mid-way.
     CheckpointTimeout,
+    /// The two TaskManagers cannot reach each other.
+    PartitionTaskManagers,
+    /// The JobManager and one TaskManager cannot reach each other.
+    PartitionJobManager,
+    /// The JobManager is cut off from everything and a replacement takes over its Service.
+    TakeOverJobManager,
 }
+
+/// Hosts of the campaign's network: two for JobManagers (a replacement goes to the other one),
+/// then the TaskManagers.
+const JOBMANAGER_HOSTS: [usize; 2] = [0, 1];
+const TASKMANAGER_HOSTS: [usize; 2] = [2, 3];
 
 const SEED: u64 = 42;
 const PIPELINE_RECORDS: u64 = 30_000;
@@ -128,6 +153,8 @@ struct Shared {
     words: PathBuf,
     word_counts: HashMap<String, u64>,
     moto: Option<Arc<MotoServer>>,
+    /// `None`: loopback, no partitions.
+    network: Option<Network>,
 }
 
 #[derive(Debug, Default)]
@@ -142,6 +169,71 @@ struct Report {
     recoveries: Vec<Duration>,
     problems: Vec<String>,
     duration: Duration,
+    history: HistoryCheck,
+}
+
+/// What the TaskManagers' histories say about fencing.
+#[derive(Debug, Default, Clone, Copy)]
+struct HistoryCheck {
+    /// Leader epochs that took over a TaskManager (after its first).
+    epoch_changes: usize,
+    /// Calls and answers of fenced JobManagers refused.
+    refused: usize,
+    /// Deployments and checkpoint completions delivered.
+    acts: usize,
+    /// Of those, from an older epoch than the newest seen, or to a task of another epoch.
+    stale_acts: usize,
+}
+
+/// Reads every history file in `dir`; a problem for each act of a fenced JobManager.
+fn check_history(dir: &Path, problems: &mut Vec<String>) -> HistoryCheck {
+    let mut check = HistoryCheck::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        problems.push(format!("no TaskManager history in {}", dir.display()));
+        return check;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let mut newest = 0u64;
+        let mut seen_epoch = false;
+        for line in std::fs::read_to_string(entry.path()).unwrap_or_default().lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                problems.push(format!("{name}: unreadable history line {line:?}"));
+                continue;
+            };
+            let number = |field: &str| -> u64 {
+                match &event[field] {
+                    Value::String(s) => s.parse().unwrap_or(u64::MAX),
+                    v => v.as_u64().unwrap_or(u64::MAX),
+                }
+            };
+            match event["event"].as_str() {
+                Some("epoch") => {
+                    let epoch = number("epoch");
+                    if epoch <= newest && seen_epoch {
+                        problems.push(format!("{name}: leader epoch went from {newest} to {epoch}"));
+                    }
+                    check.epoch_changes += usize::from(seen_epoch);
+                    seen_epoch = true;
+                    newest = newest.max(epoch);
+                }
+                Some("refused") => check.refused += 1,
+                Some(act @ ("deploy" | "commit")) => {
+                    check.acts += 1;
+                    let (call, attempt) = (number("call_epoch"), number("attempt"));
+                    if call != newest || attempt >> 32 != call {
+                        check.stale_acts += 1;
+                        problems.push(format!(
+                            "{name}: {act} of attempt {attempt} (epoch {}) by the JobManager of epoch {call} after epoch {newest} began",
+                            attempt >> 32
+                        ));
+                    }
+                }
+                _ => problems.push(format!("{name}: unknown history event {line:?}")),
+            }
+        }
+    }
+    check
 }
 
 fn kill(signal: &str, pid: u32) {
@@ -397,6 +489,16 @@ fn run(seed: u64, shared: &Shared) -> Report {
         conf.insert(floe_storage::faults::MAX_DELAY_KEY.into(), "30".into());
         conf.insert(floe_storage::faults::SEED_KEY.into(), seed.to_string());
     }
+    let history = dir.join("history");
+    let placement = shared.network.as_ref().map(|net| {
+        net.heal();
+        net.point_service(JOBMANAGER_RPC_PORT, JOBMANAGER_HOSTS[0]);
+        Placement {
+            jobmanager: net.host(JOBMANAGER_HOSTS[0]),
+            taskmanagers: TASKMANAGER_HOSTS.iter().map(|&h| net.host(h)).collect(),
+            jobmanager_service: Some(format!("{}:{JOBMANAGER_RPC_PORT}", net.service_ip())),
+        }
+    });
     let spec = ClusterSpec {
         exe: FLOE.into(),
         taskmanagers: 2,
@@ -404,7 +506,14 @@ fn run(seed: u64, shared: &Shared) -> Report {
         work_dir: dir.join("work"),
         heartbeat_timeout: Duration::from_secs(2),
         job_file: Some(manifest(&dir, job, shared, &conf)),
+        placement,
+        env: vec![(
+            floe_taskmanager::history::HISTORY_DIR_ENV.to_string(),
+            history.display().to_string(),
+        )],
     };
+    let mut jobmanager_host = 0;
+    let mut taken_over = false;
     // A JobManager may exit at start (an object-store fault while it takes its leader epoch):
     // started again, as its pod would be.
     let mut started_cluster = Err(anyhow::anyhow!("not started"));
@@ -439,11 +548,16 @@ fn run(seed: u64, shared: &Shared) -> Report {
         }
         let restarts_before = before.as_ref().and_then(|j| j["restarts"].as_u64()).unwrap_or(0);
         let t0 = Instant::now();
-        let fault = match rng.below(4) {
+        let kinds = if shared.network.is_some() { 7 } else { 4 };
+        let fault = match rng.below(kinds) {
             0 => Fault::KillTaskManager,
             1 => Fault::PauseTaskManager,
             2 => Fault::KillJobManager,
-            _ => Fault::PauseJobManager,
+            3 => Fault::PauseJobManager,
+            4 => Fault::PartitionTaskManagers,
+            // One takeover a run: a second replacement would meet the first one's host.
+            5 if !taken_over => Fault::TakeOverJobManager,
+            _ => Fault::PartitionJobManager,
         };
         let tm = rng.below(2) as usize;
         let (hold, delay) = (rng.millis(300, 4_000), rng.millis(0, 1_500));
@@ -483,6 +597,34 @@ fn run(seed: u64, shared: &Shared) -> Report {
                     kill("-CONT", pid);
                 }
             }
+            Fault::PartitionTaskManagers | Fault::PartitionJobManager => {
+                let net = shared.network.as_ref().unwrap();
+                match fault {
+                    Fault::PartitionTaskManagers => net.cut(TASKMANAGER_HOSTS[0], TASKMANAGER_HOSTS[1]),
+                    _ => net.cut(JOBMANAGER_HOSTS[jobmanager_host], TASKMANAGER_HOSTS[tm]),
+                }
+                pause(&mut cluster, hold, &mut report.exits);
+                net.heal();
+            }
+            Fault::TakeOverJobManager => {
+                let net = shared.network.as_ref().unwrap();
+                net.isolate(JOBMANAGER_HOSTS[jobmanager_host]);
+                // The old one is unreachable, not dead: after a while its replacement starts on
+                // another host and the Service moves to it.
+                std::thread::sleep(delay);
+                jobmanager_host = 1 - jobmanager_host;
+                net.point_service(JOBMANAGER_RPC_PORT, JOBMANAGER_HOSTS[jobmanager_host]);
+                if cluster
+                    .take_over_jobmanager(net.host(JOBMANAGER_HOSTS[jobmanager_host]))
+                    .is_err()
+                {
+                    report.exits += 1; // started again by `supervise`
+                }
+                taken_over = true;
+                pause(&mut cluster, hold, &mut report.exits);
+                net.heal();
+                jm_restarted = true;
+            }
             Fault::ObjectStore | Fault::CheckpointTimeout => unreachable!("per-run faults"),
         }
         report.faults.push(fault);
@@ -490,7 +632,10 @@ fn run(seed: u64, shared: &Shared) -> Report {
         // shorter than the heartbeat timeout may cause none: watch until a restart would have
         // shown (the pause, the 2 s timeout and a margin), 30 s after a kill.
         let watch_until = match fault {
-            Fault::PauseTaskManager | Fault::PauseJobManager => t0 + hold + Duration::from_secs(4),
+            Fault::PauseTaskManager
+            | Fault::PauseJobManager
+            | Fault::PartitionTaskManagers
+            | Fault::PartitionJobManager => t0 + hold + Duration::from_secs(4),
             _ => t0 + Duration::from_secs(30),
         };
         while Instant::now() < watch_until {
@@ -563,7 +708,19 @@ fn run(seed: u64, shared: &Shared) -> Report {
             }
         }
     }
+    // A JobManager that was taken over must have noticed it was fenced and ended by now (it
+    // exits at its first refused log append).
+    let until = Instant::now() + Duration::from_secs(10);
+    while !cluster.old_jobmanager_pids().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !cluster.old_jobmanager_pids().is_empty() {
+        report
+            .problems
+            .push("a JobManager that was taken over still runs 10 s after the end".into());
+    }
     cluster.shutdown();
+    report.history = check_history(&history, &mut report.problems);
     report.duration = started.elapsed();
     if report.problems.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -604,6 +761,16 @@ fn print_table(reports: &[Report]) {
         "  processes that exited     {}",
         reports.iter().map(|r| r.exits).sum::<usize>()
     );
+    let history = reports.iter().fold(HistoryCheck::default(), |a, r| HistoryCheck {
+        epoch_changes: a.epoch_changes + r.history.epoch_changes,
+        refused: a.refused + r.history.refused,
+        acts: a.acts + r.history.acts,
+        stale_acts: a.stale_acts + r.history.stale_acts,
+    });
+    println!(
+        "  fencing history            {} epoch changes seen by TaskManagers, {} calls of fenced JobManagers refused, {} deployments and commits delivered, {} by or to a fenced epoch",
+        history.epoch_changes, history.refused, history.acts, history.stale_acts
+    );
     println!(
         "  exact outputs              {} of {}",
         reports.iter().filter(|r| r.exact).count(),
@@ -636,10 +803,27 @@ fn campaign() -> Result<(), Failed> {
         .unwrap_or(1);
     let words = std::env::temp_dir().join(format!("floe-campaign-words-{}.txt", std::process::id()));
     floe::generate::write_words(&words, 12 << 20, 77).unwrap();
+    let network = match Network::create(4) {
+        Ok(net) => Some(net),
+        Err(why) if std::env::var_os("FLOE_REQUIRE_NETNS").is_some() => {
+            return Err(format!("network namespaces are required (FLOE_REQUIRE_NETNS): {why}").into());
+        }
+        Err(why) => {
+            eprintln!("SKIPPED: network partitions (the campaign runs on loopback): {why}");
+            None
+        }
+    };
+    // The hosts reach the test process at the network's gateway address.
+    let moto_host = network.as_ref().map_or("127.0.0.1".to_string(), Network::gateway);
     let shared = Shared {
         word_counts: reference_count(&words),
         words,
-        moto: MotoServer::for_tests("the fault campaign's s3:// runs (they use file://)", "campaign"),
+        moto: MotoServer::for_tests_on(
+            "the fault campaign's s3:// runs (they use file://)",
+            "campaign",
+            &moto_host,
+        ),
+        network,
     };
     let mut reports = Vec::new();
     for r in 0..runs {

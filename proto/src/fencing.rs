@@ -51,6 +51,11 @@ impl EpochFence {
     /// A JobManager of `epoch` spoke (a call, or an answer to registration or a heartbeat).
     /// Refused when a newer one has spoken already; otherwise `epoch` is the newest seen.
     pub fn admit(&self, epoch: u64) -> Result<(), Status> {
+        self.admit_newer(epoch).map(|_| ())
+    }
+
+    /// [`EpochFence::admit`], saying whether `epoch` is newer than any seen before.
+    pub fn admit_newer(&self, epoch: u64) -> Result<bool, Status> {
         let before = self.highest.fetch_max(epoch, Ordering::AcqRel);
         if epoch < before {
             return Err(Status::failed_precondition(format!(
@@ -58,7 +63,7 @@ impl EpochFence {
                  from leader epoch {epoch} is refused"
             )));
         }
-        Ok(())
+        Ok(epoch > before)
     }
 
     /// [`EpochFence::admit`] of a request's epoch.

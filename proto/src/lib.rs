@@ -2,6 +2,7 @@
 //! ([`convert`]). Only the edges of each process use the generated types (CONVENTIONS.md). Read
 //! `floe.proto` first.
 
+pub mod channel;
 pub mod convert;
 pub mod fencing;
 

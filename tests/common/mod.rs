@@ -139,7 +139,12 @@ pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value)
 
 /// [`http`], or `None` when the server is not there (yet) or drops the connection.
 pub fn try_http(method: &str, address: &str, path: &str) -> Option<(u16, serde_json::Value)> {
-    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    // Bounded: a JobManager behind a network partition drops packets instead of refusing them.
+    let timeout = std::time::Duration::from_secs(3);
+    let socket = std::net::ToSocketAddrs::to_socket_addrs(address).ok()?.next()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&socket, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
@@ -221,3 +226,4 @@ pub fn submit_job(
 }
 
 pub mod images;
+pub mod netns;

@@ -111,6 +111,28 @@ impl CheckpointStore {
         }
     }
 
+    /// Deletes every `chk-{n}` with `n < below`: what retention deletes one by one misses
+    /// (an aborted checkpoint's claim and the state tasks uploaded before the abort, a delete that
+    /// failed). `below` is the oldest retained checkpoint, so nothing a restore may read goes;
+    /// shared state files are not under `chk-{n}` and stay. Returns the ids deleted.
+    pub async fn delete_older_than(&self, job_id: &str, below: u64) -> Result<Vec<u64>> {
+        let mut deleted = Vec::new();
+        for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
+            let Some(id) = name
+                .strip_prefix("chk-")
+                .and_then(|n| n.strip_suffix('/'))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if id < below {
+                self.delete(job_id, id).await?;
+                deleted.push(id);
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Deletes a checkpoint that fell out of retention.
     pub async fn delete(&self, job_id: &str, id: u64) -> Result<()> {
         self.store.delete_all(&dir(job_id, id)).await?;
@@ -220,6 +242,36 @@ mod tests {
             .to_string();
         assert!(e.contains("chk-3/_metadata") && e.contains("corrupt"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn checkpoints_older_than_the_oldest_retained_go_with_their_claims_and_uploads() {
+        let (checkpoints, objects, dir) = store("older");
+        // 3 and 4 were aborted: a claim and a task's upload, no metadata.
+        for id in [3, 4] {
+            assert!(checkpoints.claim("job1", id, "epoch 1").await.unwrap());
+            objects
+                .put(&format!("checkpoints/job1/chk-{id}/0-0-1"), b"state".to_vec())
+                .await
+                .unwrap();
+        }
+        objects
+            .put("checkpoints/job1/shared/0-0/1.sst", b"sst".to_vec())
+            .await
+            .unwrap();
+        for id in [5, 6] {
+            checkpoints.write(&checkpoint(id)).await.unwrap();
+        }
+        assert_eq!(
+            checkpoints.delete_older_than("job1", 5).await.unwrap(),
+            vec![3, 4]
+        );
+        assert_eq!(
+            objects.list("checkpoints/job1").await.unwrap(),
+            vec!["chk-5/", "chk-6/", "shared/"]
+        );
+        assert_eq!(checkpoints.load("job1", 5).await.unwrap().id, 5);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]

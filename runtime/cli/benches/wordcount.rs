@@ -2,7 +2,9 @@
 //! same generated file in the same run.
 //!
 //! Run: `cargo bench -p floe --bench wordcount --no-default-features` (no RocksDB build) (options after `--`: `--mib N` input size, default 200;
-//! `--skip-flink`; `--parallelism P`, default 2; `--runs R`, Floe runs per mode, default 5). Each
+//! `--skip-flink`; `--parallelism P`, default 2; `--runs R`, Floe runs per mode, default 5;
+//! `--compare-exe PATH`: another build's `floe`, run alternately with this one in every round, for
+//! a before/after of a change on a hot path measured in one run). Each
 //! Floe mode runs R times, alternating BATCH and STREAMING so that load from other tenants of a
 //! shared machine falls on both alike; the table shows the median run (and the fastest), and the
 //! STREAMING output is checked against BATCH's: every word's updates are 1, 2, ... up to its final
@@ -221,27 +223,36 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5)
         .max(1);
+    let mut builds = vec![("floe".to_string(), PathBuf::from(FLOE))];
+    if let Some(other) = arg(&args, "--compare-exe") {
+        builds.push(("compared".to_string(), PathBuf::from(other)));
+    }
     let mut floe_runs: Vec<(String, Vec<(f64, u64)>)> = Vec::new();
     for _ in 0..runs {
         for mode in ["batch", "streaming"] {
-            let m = manifest(&dir, &input, mode, parallelism);
-            let (wall, peak, out) = measure(
-                Command::new(FLOE)
-                    .args(["run", "-f"])
-                    .arg(&m)
-                    .arg("--work-dir")
-                    .arg(dir.join(format!("work-{mode}"))),
-            );
-            eprintln!("{}", out.trim());
-            let name = format!("floe {} p={parallelism}", mode.to_uppercase());
-            match floe_runs.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, v)) => v.push((wall, peak)),
-                None => floe_runs.push((name, vec![(wall, peak)])),
+            for (label, exe) in &builds {
+                let m = manifest(&dir, &input, mode, parallelism);
+                let (wall, peak, out) = measure(
+                    Command::new(exe)
+                        .args(["run", "-f"])
+                        .arg(&m)
+                        .arg("--work-dir")
+                        .arg(dir.join(format!("work-{mode}"))),
+                );
+                eprintln!("{}", out.trim());
+                let name = format!("{label} {} p={parallelism}", mode.to_uppercase());
+                match floe_runs.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, v)) => v.push((wall, peak)),
+                    None => floe_runs.push((name, vec![(wall, peak)])),
+                }
             }
         }
     }
-    let check = check_streaming_against_batch(&dir.join("out-batch"), &dir.join("out-streaming"));
-    eprintln!("{check}");
+    // The last runs of each mode were this build's when no other build is compared.
+    if builds.len() == 1 {
+        let check = check_streaming_against_batch(&dir.join("out-batch"), &dir.join("out-streaming"));
+        eprintln!("{check}");
+    }
     for (name, mut v) in floe_runs {
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         let walls: Vec<String> = v.iter().map(|r| format!("{:.2}", r.0)).collect();
@@ -345,6 +356,18 @@ fn main() {
         rate(&format!("floe STREAMING p={parallelism} (fastest)")),
     ) {
         println!("floe STREAMING time / BATCH time, fastest:   {:.2}x", b / s);
+    }
+    for mode in ["BATCH", "STREAMING"] {
+        if let (Some(this), Some(other)) = (
+            rate(&format!("floe {mode} p={parallelism} (median)")),
+            rate(&format!("compared {mode} p={parallelism} (median)")),
+        ) {
+            println!(
+                "floe {mode} time / compared build's:{}{:.2}x (median runs; below 1: this build is faster)",
+                " ".repeat(10 - mode.len()),
+                other / this
+            );
+        }
     }
     let mem = |name: &str| {
         rows.iter()

@@ -100,6 +100,8 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
             .and_then(|v| floe_jobmanager::job::parse_duration(v))
             .unwrap_or(Duration::from_secs(10)),
         job_file: Some(local_manifest(job, work_dir)?),
+        placement: None,
+        env: Vec::new(),
     };
     let started = Instant::now();
     let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;

@@ -242,6 +242,11 @@ impl JobManager {
                 tracing::warn!(job = %job_id, checkpoint = old, "could not delete a subsumed checkpoint: {e}");
             }
         }
+        if let Some(oldest) = subsumed.oldest_retained
+            && let Err(e) = store.delete_older_than(&job_id, oldest).await
+        {
+            tracing::warn!(job = %job_id, "could not delete checkpoints older than {oldest}: {e}");
+        }
         if let Ok(Some(objects)) = ObjectStore::job_storage(conf) {
             for file in subsumed.shared_files {
                 if let Err(e) = objects.delete(&file).await {

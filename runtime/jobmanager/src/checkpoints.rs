@@ -15,6 +15,9 @@ pub struct Subsumed {
     pub checkpoints: Vec<u64>,
     /// Shared objects (incremental state) no retained checkpoint references any more.
     pub shared_files: Vec<String>,
+    /// The oldest checkpoint retention keeps: every `chk-{n}` below it can go (aborted
+    /// checkpoints' claims and late uploads, deletes that failed).
+    pub oldest_retained: Option<u64>,
 }
 
 /// Counts for the REST API (Flink's `/jobs/{id}/checkpoints`).
@@ -200,6 +203,7 @@ impl JobCheckpoints {
         Subsumed {
             checkpoints: dropped,
             shared_files,
+            oldest_retained: self.retained.iter().map(|c| c.id).min(),
         }
     }
 

@@ -252,6 +252,15 @@ impl OperationLog {
         self.epoch
     }
 
+    /// Whether a newer JobManager took leadership after this one: `leader/{epoch + 1}` exists
+    /// (epochs are taken one after another, each the highest plus one). A leader asks now and
+    /// then, so that one fenced while it had nothing to append (waiting for slots, say) stops
+    /// as soon as one that appends would: Flink's revocation of leadership.
+    pub async fn superseded(&self) -> Result<bool> {
+        let next = format!("leader/{}", name(self.epoch + 1));
+        Ok(self.store.get_opt(&next).await?.is_some())
+    }
+
     /// Appends a batch of events, before the JobManager acts on them. [`Error::Fenced`] when a newer
     /// JobManager has sealed this epoch: the caller must stop.
     pub async fn append<E: Serialize>(&mut self, events: &[E]) -> Result<()> {

@@ -23,10 +23,14 @@ async fn takeover_fences_the_old_leader(store: ObjectStore) {
         .unwrap();
     assert_eq!((a.epoch(), replayed.events.len()), (1, 0));
     a.append(&ev(&["submitted", "vertex source p=4"])).await.unwrap();
+    assert!(!a.superseded().await.unwrap(), "no newer leader yet");
     let (mut b, replayed) = OperationLog::acquire::<String>(store.clone(), "jm-b")
         .await
         .unwrap();
     assert_eq!(b.epoch(), 2);
+    // The old leader learns it was fenced without having to append anything.
+    assert!(a.superseded().await.unwrap());
+    assert!(!b.superseded().await.unwrap());
     assert_eq!(replayed.events, ev(&["submitted", "vertex source p=4"]));
     let e = a.append(&ev(&["zombie write"])).await.unwrap_err();
     assert!(matches!(e, Error::Fenced { epoch: 1, .. }), "{e}");

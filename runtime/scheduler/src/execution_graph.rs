@@ -118,6 +118,11 @@ pub const fn first_attempt_of_epoch(epoch: u64) -> u64 {
     epoch << 32
 }
 
+/// The leader epoch of the JobManager that numbered `attempt` (see [`first_attempt_of_epoch`]).
+pub const fn epoch_of_attempt(attempt: u64) -> u64 {
+    attempt >> 32
+}
+
 impl ExecutionGraph {
     /// Expands a validated JobGraph. Cost is linear in subtasks plus partitions, whatever the edges.
     pub fn new(job_graph: JobGraph) -> Self {

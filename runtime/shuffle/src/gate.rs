@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use floe_proto::channel::KeepAlive;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
 use crate::environment::Shared;
@@ -30,9 +31,12 @@ use floe_storage::ObjectStore;
 
 /// Bounds a connection attempt to a peer that drops packets instead of refusing them.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Detects a producer TaskManager that vanished mid-stream (no FIN, no RST).
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Detects a producer TaskManager that vanished mid-stream (no FIN, no RST); long enough that a
+/// short partition only stalls a stream.
+const KEEP_ALIVE: KeepAlive = KeepAlive {
+    interval: Duration::from_secs(10),
+    timeout: Duration::from_secs(20),
+};
 
 /// What a stream task tells the gate.
 #[derive(Debug)]
@@ -532,13 +536,8 @@ impl Stream {
             partition: self.partition.to_string(),
             source,
         };
-        let endpoint = Endpoint::from_shared(format!("http://{}", self.address))
-            .map_err(unreachable)?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-            .keep_alive_while_idle(true);
+        let endpoint =
+            floe_proto::channel::endpoint(&self.address, CONNECT_TIMEOUT, KEEP_ALIVE).map_err(unreachable)?;
         let channel = endpoint.connect().await.map_err(unreachable)?;
         // Another stream may have connected meanwhile: keep one connection per peer.
         Ok(lock(&self.shared.channels)

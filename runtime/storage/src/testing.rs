@@ -32,28 +32,38 @@ impl MotoServer {
     /// `FLOE_REQUIRE_MOTO` is set (CI: then a missing server fails the cases); otherwise `None`, after
     /// printing `SKIPPED: {what} ...`, so the caller reports those cases as ignored, not passed.
     pub fn for_tests(what: &str, bucket: &str) -> Option<std::sync::Arc<MotoServer>> {
+        Self::for_tests_on(what, bucket, "127.0.0.1")
+    }
+
+    /// [`MotoServer::for_tests`] listening on `host` (an address other network namespaces reach).
+    pub fn for_tests_on(what: &str, bucket: &str, host: &str) -> Option<std::sync::Arc<MotoServer>> {
         let required = std::env::var_os("FLOE_REQUIRE_MOTO").is_some();
         if !Self::available() && !required {
             eprintln!("SKIPPED: {what} (moto_server not found: pip install \"moto[server]\")");
             return None;
         }
-        Some(std::sync::Arc::new(MotoServer::start(bucket)))
+        Some(std::sync::Arc::new(MotoServer::start_on(bucket, host)))
     }
 
-    /// Starts moto and creates `bucket`.
+    /// Starts moto on loopback and creates `bucket`.
     pub fn start(bucket: &str) -> MotoServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on(bucket, "127.0.0.1")
+    }
+
+    /// Starts moto on `host` and creates `bucket`.
+    pub fn start_on(bucket: &str, host: &str) -> MotoServer {
+        let port = std::net::TcpListener::bind((host, 0))
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
         let child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-H", host, "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("moto_server (pip install \"moto[server]\")");
-        let address = format!("127.0.0.1:{port}");
+        let address = format!("{host}:{port}");
         let started = Instant::now();
         while TcpStream::connect(&address).is_err() {
             assert!(

@@ -43,6 +43,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod checkpoints;
 mod deployment;
 mod executor;
+pub mod history;
 mod registration;
 mod tasks;
 mod thread;
@@ -77,6 +78,8 @@ struct Inner {
     instance_id: String,
     /// The newest JobManager leader epoch seen; calls from older ones are refused.
     fence: floe_proto::fencing::EpochFence,
+    /// Fencing facts for the fault campaign (off unless `FLOE_TESTING_HISTORY` is set).
+    history: history::History,
     jobmanager: JobManagerClient<Channel>,
     /// The process runtime: RPCs, heartbeats, state reports, shuffle streams. Tasks run on their
     /// own threads ([`thread::TaskThread`]) and hand their reports over to it.
@@ -87,6 +90,46 @@ struct Inner {
     tasks: Mutex<HashMap<tasks::AttemptKey, tasks::TaskEntry>>,
     /// Local scratch space: blocking partitions, RocksDB instances.
     data_dir: PathBuf,
+}
+
+impl TaskManager {
+    /// Passes a JobManager of `epoch` through the fence (a call, or an answer to registration or
+    /// a heartbeat), then runs `act`, what the call does that the campaign's history records,
+    /// while no other JobManager passes: the history orders admissions and acts as they happened.
+    pub(crate) fn admit_then<R>(
+        &self,
+        epoch: u64,
+        act: impl FnOnce(&mut history::HistoryGuard<'_>) -> R,
+    ) -> std::result::Result<R, tonic::Status> {
+        let mut history = self.inner.history.lock();
+        match self.inner.fence.admit_newer(epoch) {
+            Ok(newer) => {
+                if newer {
+                    history.record("epoch", serde_json::json!({"epoch": epoch}));
+                }
+                Ok(act(&mut history))
+            }
+            Err(refused) => {
+                let newest = self.inner.fence.highest();
+                history.record("refused", serde_json::json!({"epoch": epoch, "newest": newest}));
+                Err(refused)
+            }
+        }
+    }
+
+    pub(crate) fn admit(&self, epoch: u64) -> std::result::Result<(), tonic::Status> {
+        self.admit_then(epoch, |_| ())
+    }
+
+    /// [`TaskManager::admit`] of a call's epoch; the epoch.
+    pub(crate) fn admit_call<T>(
+        &self,
+        request: &tonic::Request<T>,
+    ) -> std::result::Result<u64, tonic::Status> {
+        let epoch = floe_proto::fencing::epoch_of(request)?;
+        self.admit(epoch)?;
+        Ok(epoch)
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,10 +169,12 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
     })?;
     shuffle.set_local_address(&address);
     let jobmanager = registration::connect(&config.jobmanager, config.registration_timeout).await?;
+    let instance_id = uuid::Uuid::new_v4().simple().to_string();
     let tm = TaskManager {
         inner: Arc::new(Inner {
             id: config.id.clone(),
-            instance_id: uuid::Uuid::new_v4().simple().to_string(),
+            history: history::History::from_env(&config.id, &instance_id),
+            instance_id,
             fence: floe_proto::fencing::EpochFence::default(),
             jobmanager,
             control: tokio::runtime::Handle::current(),
@@ -160,14 +205,15 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         .await
         .map_err(|s| Error::Refused(s.message().to_string()))?
         .into_inner();
-    let _ = tm.inner.fence.admit(response.leader_epoch);
+    let _ = tm.admit(response.leader_epoch);
     println!(
         "floe taskmanager {} listening {address} slots={}",
         config.id, config.slots
     );
     tracing::info!(id = %config.id, %address, "registered with JobManager {}", response.jobmanager_id);
     let interval = Duration::from_millis(response.heartbeat_interval_ms.max(100));
-    tm.spawn_heartbeats(register, interval);
+    let timeout = Duration::from_millis(response.heartbeat_timeout_ms).max(interval * 2);
+    tm.spawn_heartbeats(register, interval, timeout);
     server
         .await
         .map_err(|e| Error::Serve(e.to_string()))?
@@ -193,6 +239,7 @@ mod tests {
                 id: "tm-test".into(),
                 instance_id: "instance-test".into(),
                 fence: floe_proto::fencing::EpochFence::default(),
+                history: history::History::default(),
                 jobmanager: JobManagerClient::new(channel),
                 control: tokio::runtime::Handle::current(),
                 shuffle,
@@ -346,6 +393,51 @@ mod tests {
             r
         };
         assert!(tm.cancel_task(cancel).await.is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A checkpoint's completion reaches only the tasks the notifying JobManager deployed: a task
+    /// of a fenced JobManager (here still held, as before the heartbeat that drops it) must not
+    /// commit parts it pre-committed for a checkpoint its JobManager never logged.
+    #[tokio::test]
+    async fn a_checkpoint_completion_reaches_only_tasks_of_the_notifying_epoch() {
+        let dir = std::env::temp_dir().join(format!("floe-tm-test-notify-{}", std::process::id()));
+        let tm = taskmanager(&dir);
+        let mut receivers = Vec::new();
+        for epoch in [1u64, 2] {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let id = pb::ExecutionAttemptId {
+                attempt: floe_scheduler::execution_graph::first_attempt_of_epoch(epoch),
+                ..deployment("x").id.expect("id")
+            };
+            lock(&tm.inner.tasks).insert(
+                tasks::key(&id),
+                tasks::TaskEntry {
+                    abort: thread::TaskThread::detached(),
+                    metrics: Arc::default(),
+                    control: Some(tx),
+                    state: ExecutionState::Running,
+                    final_report: None,
+                },
+            );
+            receivers.push(rx);
+        }
+        let mut notify = tonic::Request::new(pb::CheckpointCompleteRequest {
+            job_id: "job1".into(),
+            checkpoint: 9,
+        });
+        notify
+            .metadata_mut()
+            .insert(floe_proto::fencing::LEADER_EPOCH_HEADER, 2u64.into());
+        tm.notify_checkpoint_complete(notify).await.expect("admitted");
+        assert!(
+            receivers[0].try_recv().is_err(),
+            "the task of epoch 1 was told to commit"
+        );
+        assert!(matches!(
+            receivers[1].try_recv(),
+            Ok(floe_datastream::checkpoint::Control::Complete(9))
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

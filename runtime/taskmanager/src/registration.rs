@@ -14,12 +14,15 @@ use crate::{Error, Result, TaskManager, lock, rss_bytes};
 
 pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Channel>> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let endpoint = Channel::from_shared(format!("http://{address}"))
-        .map_err(|e| Error::JobManagerUnreachable {
-            address: address.into(),
-            message: e.to_string(),
-        })?
-        .connect_timeout(Duration::from_secs(2));
+    let endpoint = floe_proto::channel::endpoint(
+        address,
+        Duration::from_secs(2),
+        floe_proto::channel::CONTROL_KEEP_ALIVE,
+    )
+    .map_err(|e| Error::JobManagerUnreachable {
+        address: address.into(),
+        message: e.to_string(),
+    })?;
     loop {
         match endpoint.connect().await {
             Ok(ch) => return Ok(JobManagerClient::new(ch)),
@@ -32,6 +35,18 @@ pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManag
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     }
+}
+
+/// `call`, or DEADLINE_EXCEEDED after `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    tokio::time::timeout(timeout, call).await.unwrap_or_else(|_| {
+        Err(tonic::Status::deadline_exceeded(format!(
+            "no answer within {timeout:?}"
+        )))
+    })
 }
 
 impl TaskManager {
@@ -84,8 +99,15 @@ impl TaskManager {
     }
 
     /// Heartbeats every `interval` until the process ends; registers again (after dropping all
-    /// work) when the JobManager does not know this TaskManager.
-    pub(crate) fn spawn_heartbeats(&self, register: pb::RegisterTaskManagerRequest, interval: Duration) {
+    /// work) when the JobManager does not know this TaskManager. A heartbeat or registration that
+    /// gets no answer within `timeout` (the JobManager's heartbeat timeout: by then it declared this
+    /// TaskManager lost anyway) is given up, so a partition never stalls the loop.
+    pub(crate) fn spawn_heartbeats(
+        &self,
+        register: pb::RegisterTaskManagerRequest,
+        interval: Duration,
+        timeout: Duration,
+    ) {
         let beat = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -102,9 +124,9 @@ impl TaskManager {
                     rss_bytes: rss,
                     rss_peak_bytes: rss_peak,
                 };
-                let answer = beat.inner.jobmanager.clone().heartbeat(request).await;
+                let answer = within(timeout, beat.inner.jobmanager.clone().heartbeat(request)).await;
                 if let Ok(r) = &answer
-                    && let Err(refused) = beat.inner.fence.admit(r.get_ref().leader_epoch)
+                    && let Err(refused) = beat.admit(r.get_ref().leader_epoch)
                 {
                     tracing::warn!("heartbeat answered by an older JobManager: {}", refused.message());
                 }
@@ -116,14 +138,14 @@ impl TaskManager {
                             "JobManager does not know this TaskManager; dropping its tasks and registering again"
                         );
                         beat.forget_all();
-                        if let Ok(r) = beat
-                            .inner
-                            .jobmanager
-                            .clone()
-                            .register_task_manager(beat.registration(&register))
-                            .await
+                        let mut jobmanager = beat.inner.jobmanager.clone();
+                        if let Ok(r) = within(
+                            timeout,
+                            jobmanager.register_task_manager(beat.registration(&register)),
+                        )
+                        .await
                         {
-                            let _ = beat.inner.fence.admit(r.get_ref().leader_epoch);
+                            let _ = beat.admit(r.get_ref().leader_epoch);
                         }
                     }
                     // The JobManager applied the final states this heartbeat carried.

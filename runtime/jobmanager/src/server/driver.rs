@@ -1,0 +1,201 @@
+//! The driver: starting jobs that fit, carrying out each job's [`Action`]s (deployments,
+//! cancellations, releases, delayed restarts, checkpoint completion) and the TaskManager clients
+//! they go through.
+
+use super::rpc::to_proto;
+use super::*;
+
+impl JobManager {
+    /// Starts every CREATED job that now fits; fails those that waited longer than the slot timeout.
+    pub(crate) fn try_start_jobs(&self) {
+        let mut actions = Vec::new();
+        {
+            let mut state = self.state();
+            let ids: Vec<String> = state
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.master.status == JobStatus::Created && j.master.ready_to_start(now_ms()))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ids {
+                let free = Self::free_slots(&state);
+                let timeout = self.inner.config.slot_request_timeout;
+                let Some(job) = state.jobs.get_mut(&id) else {
+                    continue;
+                };
+                match job.master.start(&free) {
+                    Ok(a) => actions.extend(a),
+                    Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots { needed, available })) => {
+                        if job.submitted.elapsed() > timeout {
+                            let m = &mut job.master;
+                            m.failure = Some(format!(
+                                "could not get {needed} slots within {} s: the cluster offers {available} free",
+                                timeout.as_secs()
+                            ));
+                            for s in [JobStatus::Running, JobStatus::Failing, JobStatus::Failed] {
+                                m.status = m.status.transition(s).unwrap_or(s);
+                            }
+                            job.end_time_ms = Some(now_ms());
+                        }
+                    }
+                    Err(e) => tracing::error!(job = %id, "cannot start: {e}"),
+                }
+            }
+        }
+        self.perform(actions);
+    }
+
+    /// Carries out actions; failures to deploy become task failures. A stopped (fenced) JobManager
+    /// carries out nothing.
+    pub(super) fn perform(&self, actions: Vec<Action>) {
+        if self.fatal().is_some() {
+            return;
+        }
+        for action in actions {
+            let this = self.clone();
+            match action {
+                Action::Deploy {
+                    taskmanager,
+                    address,
+                    deployment,
+                } => {
+                    tokio::spawn(async move {
+                        let id = deployment.id.clone();
+                        // (unreachable, message): a TaskManager that cannot be reached is lost, not
+                        // just this task; waiting for its heartbeat timeout would spend a restart
+                        // on every deployment sent to it meanwhile.
+                        let result = match this.client(&address).await {
+                            Ok(mut c) => c
+                                .submit_task(to_proto(&deployment))
+                                .await
+                                .map(|_| ())
+                                .map_err(|s| (s.code() == tonic::Code::Unavailable, s.message().to_string())),
+                            Err(e) => Err((true, e)),
+                        };
+                        match result {
+                            Ok(()) => {}
+                            Err((true, message)) => this
+                                .declare_lost(&taskmanager, &format!("unreachable at {address}: {message}")),
+                            Err((false, message)) => {
+                                let cause = format!(
+                                    "deploying to TaskManager {taskmanager} at {address} failed: {message}"
+                                );
+                                this.task_state(&id, ExecutionState::Failed, Some(cause), Vec::new(), None);
+                            }
+                        }
+                    });
+                }
+                Action::Cancel { address, id } => {
+                    tokio::spawn(async move {
+                        if let Ok(mut c) = this.client(&address).await {
+                            let _ = c.cancel_task(attempt_to_proto(&id)).await;
+                        }
+                    });
+                }
+                Action::Release { job_id, addresses } => {
+                    let mut remote_storage = None;
+                    if let Some(job) = this.state().jobs.get_mut(&job_id) {
+                        job.end_time_ms.get_or_insert_with(now_ms);
+                        tracing::info!(job = %job_id, status = %job.master.status, "job ended");
+                        let conf = &job.master.args.configuration;
+                        if job.master.remote_shuffle {
+                            remote_storage = conf
+                                .get(floe_shuffle::JOB_STORAGE_KEY)
+                                .map(|url| (url.clone(), conf.clone()));
+                        }
+                    }
+                    if let Some((url, conf)) = remote_storage {
+                        let job_id = job_id.clone();
+                        tokio::spawn(async move {
+                            let deleted = match floe_storage::ObjectStore::open(&url, &conf) {
+                                Ok(store) => store.scoped("shuffle").delete_all(&job_id).await,
+                                Err(e) => Err(e),
+                            };
+                            if let Err(e) = deleted {
+                                tracing::warn!(job = %job_id, "could not delete remote partitions: {e}");
+                            }
+                        });
+                    }
+                    tokio::spawn(async move {
+                        for address in addresses {
+                            if let Ok(mut c) = this.client(&address).await {
+                                let _ = c
+                                    .release_partitions(pb::ReleasePartitionsRequest {
+                                        job_id: job_id.clone(),
+                                    })
+                                    .await;
+                            }
+                        }
+                    });
+                }
+                Action::CompleteCheckpoint(mut checkpoint) => {
+                    checkpoint.completed_ms = now_ms();
+                    let conf = this
+                        .state()
+                        .jobs
+                        .get(&checkpoint.job_id)
+                        .map(|j| j.master.args.configuration.clone());
+                    if let Some(conf) = conf {
+                        tokio::spawn(async move {
+                            if let Err(e) = this.complete_checkpoint(*checkpoint, &conf).await {
+                                tracing::warn!("checkpoint could not be completed: {e}");
+                            }
+                        });
+                    }
+                }
+                Action::RestartAfter {
+                    job_id,
+                    delay,
+                    vertices,
+                } => {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        this.restart(&job_id, &vertices);
+                    });
+                }
+            }
+        }
+    }
+
+    pub(super) fn restart(&self, job_id: &str, vertices: &[floe_scheduler::ExecutionVertexId]) {
+        let actions = {
+            let mut state = self.state();
+            let free = Self::free_slots(&state);
+            match state.jobs.get_mut(job_id) {
+                Some(job) => job.master.restart(vertices, &free),
+                None => Vec::new(),
+            }
+        };
+        self.perform(actions);
+    }
+
+    pub(crate) async fn client(&self, address: &str) -> Result<TaskExecutorRpc, String> {
+        if let Some(c) = self
+            .inner
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(address)
+        {
+            return Ok(c.clone());
+        }
+        let endpoint = floe_proto::channel::endpoint(
+            address,
+            Duration::from_secs(5),
+            floe_proto::channel::CONTROL_KEEP_ALIVE,
+        )
+        .map_err(|e| e.to_string())?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect: {e}"))?;
+        let client = TaskExecutorClient::with_interceptor(channel, self.inner.leader_epoch.clone())
+            .max_decoding_message_size(64 << 20);
+        self.inner
+            .clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(address.to_string(), client.clone());
+        Ok(client)
+    }
+}
