@@ -10,7 +10,9 @@
 //! - network partitions, healed after 0.3 to 4 s: between the two TaskManagers, between the
 //!   JobManager and one TaskManager, and a JobManager cut off from everything while a replacement
 //!   takes over at its Service address (Kubernetes replacing a pod on an unreachable node): two
-//!   JobManagers live at once, the old one fenced but not yet aware of it;
+//!   JobManagers live at once, the old one fenced but not yet aware of it; half the time the old
+//!   host stays cut off until the job ended (a node that does not come back: nothing ever resets
+//!   the TaskManagers' connections to the old JobManager);
 //! - for a share of runs, object-store faults in every process (`floe.testing.object-store.*`:
 //!   failed, lost-answer and delayed writes and reads of checkpoints, log appends, remote shuffle
 //!   and sink files) and checkpoints that time out mid-alignment.
@@ -134,6 +136,8 @@ enum Fault {
     PartitionJobManager,
     /// The JobManager is cut off from everything and a replacement takes over its Service.
     TakeOverJobManager,
+    /// After a takeover, the old JobManager's host stays cut off until the job ended.
+    OldJobManagerHostLost,
 }
 
 /// Hosts of the campaign's network: two for JobManagers (a replacement goes to the other one),
@@ -514,6 +518,8 @@ fn run(seed: u64, shared: &Shared) -> Report {
     };
     let mut jobmanager_host = 0;
     let mut taken_over = false;
+    // A host cut off for the rest of the run (a node that does not come back while the job runs).
+    let mut lost_host: Option<usize> = None;
     // A JobManager may exit at start (an object-store fault while it takes its leader epoch):
     // started again, as its pod would be.
     let mut started_cluster = Err(anyhow::anyhow!("not started"));
@@ -605,10 +611,14 @@ fn run(seed: u64, shared: &Shared) -> Report {
                 }
                 pause(&mut cluster, hold, &mut report.exits);
                 net.heal();
+                if let Some(host) = lost_host {
+                    net.isolate(host);
+                }
             }
             Fault::TakeOverJobManager => {
                 let net = shared.network.as_ref().unwrap();
-                net.isolate(JOBMANAGER_HOSTS[jobmanager_host]);
+                let old_host = JOBMANAGER_HOSTS[jobmanager_host];
+                net.isolate(old_host);
                 // The old one is unreachable, not dead: after a while its replacement starts on
                 // another host and the Service moves to it.
                 std::thread::sleep(delay);
@@ -622,10 +632,20 @@ fn run(seed: u64, shared: &Shared) -> Report {
                 }
                 taken_over = true;
                 pause(&mut cluster, hold, &mut report.exits);
-                net.heal();
+                // Half the time the old host comes back while the job runs (the old JobManager
+                // may then call the TaskManagers); otherwise only after the end, so nothing
+                // (no reset, no answer) ever breaks the TaskManagers' connections to it.
+                if rng.chance(0.5) {
+                    net.heal();
+                } else {
+                    lost_host = Some(old_host);
+                    report.faults.push(Fault::OldJobManagerHostLost);
+                }
                 jm_restarted = true;
             }
-            Fault::ObjectStore | Fault::CheckpointTimeout => unreachable!("per-run faults"),
+            Fault::ObjectStore | Fault::CheckpointTimeout | Fault::OldJobManagerHostLost => {
+                unreachable!("not drawn here")
+            }
         }
         report.faults.push(fault);
         // Recovery: every subtask running again after a restart the fault caused. A pause
@@ -708,8 +728,11 @@ fn run(seed: u64, shared: &Shared) -> Report {
             }
         }
     }
-    // A JobManager that was taken over must have noticed it was fenced and ended by now (it
-    // exits at its first refused log append).
+    // The lost host comes back. A JobManager that was taken over must notice it was fenced and
+    // end (it checks its leadership every heartbeat interval).
+    if let (Some(net), Some(_)) = (&shared.network, lost_host) {
+        net.heal();
+    }
     let until = Instant::now() + Duration::from_secs(10);
     while !cluster.old_jobmanager_pids().is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
