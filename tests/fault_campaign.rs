@@ -457,6 +457,8 @@ fn run(seed: u64, shared: &Shared) -> Report {
     let mut conf: BTreeMap<String, String> = [
         ("restart-strategy.fixed-delay.attempts", "1000"),
         ("restart-strategy.fixed-delay.delay", "200 ms"),
+        // A JobManager that was taken over looks for its successor every second.
+        ("high-availability.kubernetes.leader-election.retry-period", "1 s"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .into();
@@ -733,14 +735,16 @@ fn run(seed: u64, shared: &Shared) -> Report {
     if let (Some(net), Some(_)) = (&shared.network, lost_host) {
         net.heal();
     }
-    let until = Instant::now() + Duration::from_secs(10);
+    // Within a storage call's timeout (a call stuck on a connection the partition killed) plus
+    // a retry period and the retries.
+    let until = Instant::now() + floe_storage::CALL_TIMEOUT + Duration::from_secs(10);
     while !cluster.old_jobmanager_pids().is_empty() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(100));
     }
     if !cluster.old_jobmanager_pids().is_empty() {
         report
             .problems
-            .push("a JobManager that was taken over still runs 10 s after the end".into());
+            .push("a JobManager that was taken over still runs 20 s after the end".into());
     }
     cluster.shutdown();
     report.history = check_history(&history, &mut report.problems);

@@ -595,12 +595,13 @@ fn a_fenced_jobmanager_stops_at_its_next_checkpoint_whose_metadata_is_never_rest
     std::fs::write(
         &manifest,
         format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"100000000\", \"--rate\", \"2000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 1 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n",
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"100000000\", \"--rate\", \"2000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 1 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    high-availability.kubernetes.leader-election.retry-period: \"1 h\"\n",
             dir.join("out").display(),
             dir.join("storage").display()
         ),
     )
     .unwrap();
+    // (A retry period of an hour: A does not look for a newer leader, it meets its refused append.)
     let job_dir = dir.join("storage/default/pipeline");
     let (mut a, rpc_a, rest_a) = jobmanager(&manifest, &dir.join("jm-a.log"));
     let _tm = taskmanager(&rpc_a, 1);
@@ -664,5 +665,32 @@ fn a_fenced_jobmanager_stops_at_its_next_checkpoint_whose_metadata_is_never_rest
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(restored, newest_logged, "unvouched {unvouched:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fenced JobManager with nothing to append (its job waits for slots: no status change, no
+/// checkpoint) stops within the leader-election retry period, instead of running on as a zombie
+/// until its slot request times out (the fault campaign's first takeover found it).
+#[test]
+fn a_fenced_jobmanager_with_nothing_to_append_stops_within_the_retry_period() {
+    let dir = common::scratch("fence-idle");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 1 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    high-availability.kubernetes.leader-election.retry-period: \"500 ms\"\n",
+            dir.join("out").display(),
+            dir.join("storage").display()
+        ),
+    )
+    .unwrap();
+    // No TaskManager: A's job waits for slots (60 s) and A appends nothing meanwhile.
+    let (mut a, _, rest_a) = jobmanager(&manifest, &dir.join("jm-a.log"));
+    wait_job(&rest_a, Duration::from_secs(30), |j| j["state"] == "CREATED");
+    let (_b, _, _) = jobmanager(&manifest, &dir.join("jm-b.log"));
+    let status = exit_status(&mut a, "the fenced JobManager of a waiting job did not stop");
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(dir.join("jm-a.log")).unwrap();
+    assert!(log.contains("a newer JobManager took leader epoch 2"), "{log}");
     let _ = std::fs::remove_dir_all(&dir);
 }

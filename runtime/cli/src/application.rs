@@ -29,6 +29,25 @@ fn holder() -> String {
     format!("{host}/pid-{}", std::process::id())
 }
 
+/// How often a leading JobManager checks that no newer one took over (Flink's key for its
+/// Kubernetes leader election; default 5 s as there).
+pub const LEADER_ELECTION_RETRY_PERIOD: &str = "high-availability.kubernetes.leader-election.retry-period";
+
+fn leader_election_retry_period(
+    conf: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<std::time::Duration> {
+    match conf.get(LEADER_ELECTION_RETRY_PERIOD) {
+        None => Ok(std::time::Duration::from_secs(5)),
+        Some(v) => floe_jobmanager::job::parse_duration(v)
+            .filter(|d| !d.is_zero())
+            .with_context(|| {
+                format!(
+                    "spec.configuration.{LEADER_ELECTION_RETRY_PERIOD}: expected a positive duration such as \"5 s\", got {v:?}"
+                )
+            }),
+    }
+}
+
 /// Serves until the server stops or, with an operation log, until this JobManager is fenced.
 pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result<()> {
     let Some(manifest) = manifest else {
@@ -56,6 +75,20 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
         ),
     };
     floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
+    // A fenced JobManager with nothing to append (waiting for slots, say) learns it was fenced
+    // by looking: every retry period it checks that no newer leader epoch was taken.
+    let retry = leader_election_retry_period(&manifest.job_configuration())?;
+    let leadership = jm.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(retry);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if leadership.check_leadership().await {
+                break;
+            }
+        }
+    });
     let recorder = floe_jobmanager::oplog::record_status_changes(jm.clone());
     // Any refused log write (a status change, a finished execution, a completed checkpoint) stops
     // this JobManager at once: a newer one leads the job.

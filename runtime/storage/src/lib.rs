@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use opendal::layers::RetryLayer;
+use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator, services};
 
 /// The configuration key of a job's storage URL.
@@ -57,6 +57,11 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The most a storage call without a body to move (stat, delete, list, a create) may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most one read or write of a call's body may wait for the store.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs an idempotent storage operation (a read, or a write that replaces its object), trying again
 /// on a retryable error, up to 5 more times with doubling delays from 100 ms: a store that was
@@ -175,6 +180,15 @@ impl ObjectStore {
         } else {
             return Err(invalid("expected file:///dir, s3://bucket/prefix or memory://"));
         };
+        // Every call is bounded in time, inside the retry layer: across a network partition a
+        // request on a dead connection gets no answer and no reset, and without a bound it would
+        // wait as long as TCP retransmits (minutes) while its caller holds what it holds (the
+        // JobManager's operation log, a checkpoint upload). Timed-out calls count as temporary.
+        let op = op.layer(
+            TimeoutLayer::new()
+                .with_timeout(CALL_TIMEOUT)
+                .with_io_timeout(IO_TIMEOUT),
+        );
         let op = op.layer(
             RetryLayer::new()
                 .with_max_times(5)

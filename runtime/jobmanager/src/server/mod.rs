@@ -546,23 +546,6 @@ impl JobManager {
                 checkpoints.trigger_checkpoints();
             }
         });
-        // A fenced JobManager stops within a heartbeat interval even when it has nothing to
-        // append (its appends would be refused too).
-        let leadership = self.clone();
-        let every = self
-            .inner
-            .config
-            .heartbeat_interval
-            .max(Duration::from_millis(250));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                if leadership.check_leadership().await {
-                    break;
-                }
-            }
-        });
         let app = crate::rest::router(self.clone());
         let rest_server = tokio::spawn(async move { axum::serve(rest, app).await });
         let grpc = tonic::transport::Server::builder()
