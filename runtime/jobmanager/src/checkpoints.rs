@@ -263,7 +263,13 @@ mod tests {
                 20,
             )
             .unwrap();
-        assert_eq!(c.completed(done), Subsumed::default());
+        assert_eq!(
+            c.completed(done),
+            Subsumed {
+                oldest_retained: Some(1),
+                ..Subsumed::default()
+            }
+        );
         assert_eq!(c.restore_of("sum#0").map(|r| r.0), Some(1));
         assert_eq!(c.maybe_trigger(500, true, &[]), None, "interval not elapsed");
         assert_eq!(c.maybe_trigger(1000, true, &[]).map(|t| t.0), Some(2));
@@ -278,6 +284,7 @@ mod tests {
             .unwrap();
         let subsumed = c.completed(done);
         assert_eq!(subsumed.checkpoints, vec![1]);
+        assert_eq!(subsumed.oldest_retained, Some(2), "retention keeps one here");
         assert_eq!(
             subsumed.shared_files,
             vec!["j/shared/a.sst".to_string()],
