@@ -237,11 +237,8 @@ impl JobManager {
                     .await;
             }
         }
-        for old in subsumed.checkpoints {
-            if let Err(e) = store.delete(&job_id, old).await {
-                tracing::warn!(job = %job_id, checkpoint = old, "could not delete a subsumed checkpoint: {e}");
-            }
-        }
+        // Everything below the oldest retained checkpoint goes in one sweep: the checkpoints
+        // retention just dropped, aborted ones, and any an earlier delete missed.
         if let Some(oldest) = subsumed.oldest_retained
             && let Err(e) = store.delete_older_than(&job_id, oldest).await
         {
