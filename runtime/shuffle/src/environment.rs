@@ -28,8 +28,9 @@ pub(crate) struct Shared {
     /// read in process (same credits, no gRPC hop).
     pub(crate) local_address: Mutex<Option<String>>,
     /// The runtime the environment was created on (the TaskManager's process runtime): gates run
-    /// their channel streams there, so connections to peers outlive any one task, whose own
-    /// thread and runtime end with it. `None` outside a runtime: streams go where the gate is read.
+    /// their network and object-storage streams there, so connections to peers outlive any one
+    /// task, whose own thread and runtime end with it. Local streams (no connection) run where the
+    /// gate is read. `None` outside a runtime: every stream goes where the gate is read.
     pub(crate) io: Option<tokio::runtime::Handle>,
 }
 

@@ -200,18 +200,24 @@ impl RemoteInputGate {
                     subpartition,
                     index: streams,
                 };
-                let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-                    if spec.address == OBJECT_STORAGE_ADDRESS {
-                        Box::pin(stream.run_remote(self.storage.clone(), tx.clone()))
-                    } else if local.as_deref() == Some(spec.address.as_str()) {
-                        Box::pin(stream.run_local(tx.clone()))
-                    } else {
-                        Box::pin(stream.run(tx.clone()))
+                // A local stream runs where the gate is read (the task's own thread): its buffers
+                // then cross threads once, from the producer's queue, and its credits not at all.
+                // Streams over a connection (gRPC to a peer, object storage) run on the process
+                // runtime, which owns the pooled connections they share with other tasks.
+                if local.as_deref() == Some(spec.address.as_str()) {
+                    tasks.spawn(stream.run_local(tx.clone()));
+                } else {
+                    let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                        if spec.address == OBJECT_STORAGE_ADDRESS {
+                            Box::pin(stream.run_remote(self.storage.clone(), tx.clone()))
+                        } else {
+                            Box::pin(stream.run(tx.clone()))
+                        };
+                    match &self.shared.io {
+                        Some(io) => tasks.spawn_on(run, io),
+                        None => tasks.spawn(run),
                     };
-                match &self.shared.io {
-                    Some(io) => tasks.spawn_on(run, io),
-                    None => tasks.spawn(run),
-                };
+                }
                 streams += 1;
             }
         }
