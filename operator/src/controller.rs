@@ -242,6 +242,16 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         };
         publish(&ctx, &job, type_, "JobStatusChanged", change).await;
     }
+    if let Some(message) = status::slots_newly_insufficient(job.status.as_ref(), &status) {
+        publish(
+            &ctx,
+            &job,
+            EventType::Warning,
+            status::INSUFFICIENT_SLOTS,
+            message,
+        )
+        .await;
+    }
     write_status(&ctx, &job, &status).await?;
     Ok(requeue(&observed))
 }

@@ -363,6 +363,58 @@ async fn status_follows_the_jobmanager_to_running_and_finished() {
     run(job, jm, applies(1, 2)).await;
 }
 
+/// Issue 17: a parallelism the TaskManagers cannot hold is a condition and a Warning event (once),
+/// while the objects are still applied: the job may get its slots when the spec changes.
+#[tokio::test]
+async fn a_parallelism_above_replicas_times_slots_gets_a_condition_and_an_event() {
+    let jm = ScriptedJobManager::new(Err("connection refused".into()));
+    let mut job = resource(true);
+    job.spec.job.parallelism = floe_manifest::Parallelism::Fixed(8);
+    let offered = job.spec.task_manager.replicas * job.spec.task_manager.slots;
+    let mut script = applies(1, 2);
+    script.push(event(
+        "Normal",
+        "JobStatusChanged",
+        "job state none -> RECONCILING",
+    ));
+    script.push(event(
+        "Warning",
+        "InsufficientSlots",
+        "parallelism 8 needs 8 slots but spec.taskManager offers",
+    ));
+    script.push(status_patch(move |s| {
+        let slots = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "SlotsSufficient")
+            .expect("SlotsSufficient condition");
+        assert_eq!(slots["status"], "False");
+        assert_eq!(slots["reason"], "InsufficientSlots");
+        assert!(
+            slots["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("= {offered}: raise spec.taskManager.replicas")),
+            "{slots}"
+        );
+    }));
+    let action = run(job.clone(), jm.clone(), script).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+
+    // Seen again with that condition written: the objects again, no second event.
+    let unreachable = crate::jobmanager_api::RestError::Unreachable {
+        url: "http://wordcount-jobmanager.jobs.svc:8081/jobs".into(),
+        message: "connection refused".into(),
+    };
+    let status = computed(
+        &job,
+        crate::status::Observed::Unreachable(unreachable.to_string()),
+    );
+    let action = run(with_status(job, status), jm, applies(1, 2)).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+}
+
 #[tokio::test]
 async fn an_invalid_spec_gets_a_condition_and_an_event_and_is_not_retried() {
     let jm = ScriptedJobManager::new(Ok(None));

@@ -8,8 +8,12 @@ use k8s_openapi::jiff::Timestamp;
 use crate::jobmanager_api::JobOverview;
 use crate::resources::{Component, selector_string};
 
-/// The one condition type the operator writes.
+/// The condition that says whether the job runs (always written).
 pub const READY: &str = "Ready";
+/// The condition that says the TaskManagers cannot hold the job (written only then).
+pub const SLOTS_SUFFICIENT: &str = "SlotsSufficient";
+/// Its reason, also the reason of the Warning event the operator publishes with it.
+pub const INSUFFICIENT_SLOTS: &str = "InsufficientSlots";
 
 /// Lifecycle states, the flink-kubernetes-operator's names.
 pub mod lifecycle {
@@ -37,14 +41,60 @@ pub enum Observed {
 }
 
 fn condition(status: bool, reason: &str, message: String, generation: Option<i64>) -> Condition {
+    typed_condition(READY, status, reason, message, generation)
+}
+
+fn typed_condition(
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
     Condition {
-        type_: READY.into(),
+        type_: type_.into(),
         status: if status { "True" } else { "False" }.into(),
         reason: reason.into(),
         message,
         observed_generation: generation,
         last_transition_time: Time(Timestamp::UNIX_EPOCH),
     }
+}
+
+/// Why the TaskManagers of `job` cannot hold it, if they cannot: with slot sharing a job needs as
+/// many slots as its parallelism, and `spec.taskManager` offers replicas x slots. `None` when they
+/// suffice, for `parallelism: auto` (decided at run time), and under the adaptive scheduler
+/// (`jobmanager.scheduler: adaptive`), which runs a job at the parallelism its slots allow.
+pub fn insufficient_slots(job: &FlinkJob) -> Option<String> {
+    let floe_manifest::Parallelism::Fixed(parallelism) = job.spec.job.parallelism else {
+        return None;
+    };
+    let adaptive = job
+        .spec
+        .configuration
+        .get("jobmanager.scheduler")
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("adaptive"));
+    let tm = &job.spec.task_manager;
+    let offered = u64::from(tm.replicas) * u64::from(tm.slots);
+    (!adaptive && u64::from(parallelism) > offered).then(|| {
+        format!(
+            "parallelism {parallelism} needs {parallelism} slots but spec.taskManager offers {} x {} = {offered}: \
+             raise spec.taskManager.replicas or spec.taskManager.slots, or lower spec.job.parallelism",
+            tm.replicas, tm.slots
+        )
+    })
+}
+
+/// Whether `after` reports insufficient slots that `before` did not (worth an event).
+pub fn slots_newly_insufficient(before: Option<&FlinkJobStatus>, after: &FlinkJobStatus) -> Option<String> {
+    let find = |s: &FlinkJobStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == SLOTS_SUFFICIENT && c.status == "False")
+            .map(|c| c.message.clone())
+    };
+    let now = find(after)?;
+    (before.and_then(find).as_ref() != Some(&now)).then_some(now)
 }
 
 /// The status to write for `job` after observing `observed` at `now`.
@@ -131,10 +181,16 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         (_, DesiredState::Suspended) => Some(0),
         _ => Some(i32::try_from(job.spec.task_manager.replicas).unwrap_or(i32::MAX)),
     };
+    let mut conditions = vec![keep_transition_time(&previous.conditions, ready, now)];
+    let running = !matches!(observed, Observed::InvalidSpec(_) | Observed::Suspended { .. });
+    if let Some(message) = insufficient_slots(job).filter(|_| running) {
+        let slots = typed_condition(SLOTS_SUFFICIENT, false, INSUFFICIENT_SLOTS, message, generation);
+        conditions.push(keep_transition_time(&previous.conditions, slots, now));
+    }
     FlinkJobStatus {
         job_status,
         lifecycle_state: Some(lifecycle.into()),
-        conditions: vec![keep_transition_time(&previous.conditions, ready, now)],
+        conditions,
         observed_generation: generation,
         task_managers,
         task_manager_selector: Some(selector_string(job, Component::TaskManager)),
@@ -246,6 +302,53 @@ mod tests {
         assert_eq!(s.job_status.as_ref().unwrap().job_id.as_deref(), Some("j1"));
         assert_eq!(s.task_managers, Some(0));
         assert_eq!(s.lifecycle_state.as_deref(), Some("SUSPENDED"));
+    }
+
+    #[test]
+    fn a_parallelism_above_replicas_times_slots_is_a_condition_naming_the_fields() {
+        let mut j = job();
+        j.spec.job.parallelism = floe_manifest::Parallelism::Fixed(8);
+        j.spec.task_manager.replicas = 1;
+        j.spec.task_manager.slots = 2;
+        let s = compute(&j, &Observed::NoJob, at(100));
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == SLOTS_SUFFICIENT)
+            .expect("condition");
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason, "InsufficientSlots");
+        assert_eq!(
+            c.message,
+            "parallelism 8 needs 8 slots but spec.taskManager offers 1 x 2 = 2: raise \
+             spec.taskManager.replicas or spec.taskManager.slots, or lower spec.job.parallelism"
+        );
+        // Worth an event the first time only.
+        assert_eq!(
+            slots_newly_insufficient(None, &s).as_deref(),
+            Some(c.message.as_str())
+        );
+        assert_eq!(slots_newly_insufficient(Some(&s), &s), None);
+        // Enough slots, `auto`, or the adaptive scheduler: no such condition.
+        let fixes: [fn(&mut FlinkJob); 3] = [
+            |j| j.spec.task_manager.replicas = 4,
+            |j| j.spec.job.parallelism = floe_manifest::Parallelism::Auto,
+            |j| {
+                j.spec
+                    .configuration
+                    .insert("jobmanager.scheduler".into(), "adaptive".into());
+            },
+        ];
+        for fix in fixes {
+            let mut fixed = j.clone();
+            fix(&mut fixed);
+            let s = compute(&fixed, &Observed::NoJob, at(100));
+            assert!(
+                s.conditions.iter().all(|c| c.type_ != SLOTS_SUFFICIENT),
+                "{:?}",
+                s.conditions
+            );
+        }
     }
 
     #[test]

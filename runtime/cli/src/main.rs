@@ -188,29 +188,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 }
                 (None, Some(file)) => {
                     let manifest = run_cmd::load_manifest(&file)?;
-                    let mut conf = manifest.job_configuration();
-                    if let Some(m) = &shuffle_mode {
-                        conf.insert("execution.batch-shuffle-mode".into(), m.clone());
-                    }
-                    let mode: BatchShuffleMode = conf
-                        .get("execution.batch-shuffle-mode")
-                        .map_or(Ok(BatchShuffleMode::default()), |m| m.parse())?;
-                    let args = floe_datastream::JobArgs {
-                        name: manifest.spec.job.name.clone(),
-                        args: manifest.spec.job.args.clone(),
-                        configuration: conf,
-                    };
-                    let built = floe_datastream::JobRegistry::builtin().build(&args)?;
-                    let tm = &manifest.spec.task_manager;
-                    let label = match built.runtime_mode() {
-                        floe_datastream::RuntimeMode::Streaming => "STREAMING (all exchanges pipelined)",
-                        _ => mode.name(),
-                    };
-                    (
-                        built.job_graph().clone(),
-                        label,
-                        Some(vec![tm.slots; tm.replicas as usize]),
-                    )
+                    let job = plan_cmd::manifest_job(&manifest, shuffle_mode.as_deref())?;
+                    (job.graph, job.mode, Some(job.offer))
                 }
                 (None, None) => unreachable!("clap requires --graph or -f"),
             };
@@ -235,6 +214,8 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
         }
         Command::Run { file, work_dir } => {
             let manifest = run_cmd::load_manifest(&file)?;
+            // Bad input like the manifest's own errors (exit 2), before any process starts.
+            run_cmd::preflight(&manifest)?;
             let work_dir = work_dir
                 .unwrap_or_else(|| std::env::temp_dir().join(format!("floe-run-{}", std::process::id())));
             let rt = runtime()?;

@@ -2,7 +2,47 @@
 
 use std::fmt::Write;
 
+use floe_manifest::FlinkJob;
 use floe_scheduler::plan::PlanView;
+use floe_scheduler::{BatchShuffleMode, JobGraph};
+
+/// What a manifest asks to run, as `floe plan -f` and `floe run -f` see it.
+#[derive(Debug)]
+pub struct ManifestJob {
+    pub graph: JobGraph,
+    /// The shuffle mode, as the plan names it.
+    pub mode: &'static str,
+    /// Slots per TaskManager of the cluster the manifest declares (`spec.taskManager`).
+    pub offer: Vec<u32>,
+}
+
+/// Builds the manifest's job graph (its job name, arguments and configuration, with the shuffle mode
+/// `shuffle_mode` if given instead of `execution.batch-shuffle-mode`).
+pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::Result<ManifestJob> {
+    let mut conf = manifest.job_configuration();
+    if let Some(m) = shuffle_mode {
+        conf.insert("execution.batch-shuffle-mode".into(), m.to_string());
+    }
+    let mode: BatchShuffleMode = conf
+        .get("execution.batch-shuffle-mode")
+        .map_or(Ok(BatchShuffleMode::default()), |m| m.parse())?;
+    let args = floe_datastream::JobArgs {
+        name: manifest.spec.job.name.clone(),
+        args: manifest.spec.job.args.clone(),
+        configuration: conf,
+    };
+    let built = floe_datastream::JobRegistry::builtin().build(&args)?;
+    let tm = &manifest.spec.task_manager;
+    let mode = match built.runtime_mode() {
+        floe_datastream::RuntimeMode::Streaming => "STREAMING (all exchanges pipelined)",
+        _ => mode.name(),
+    };
+    Ok(ManifestJob {
+        graph: built.job_graph().clone(),
+        mode,
+        offer: vec![tm.slots; tm.replicas as usize],
+    })
+}
 
 /// Output format of `floe plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -81,6 +81,24 @@ fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::
     Ok(path)
 }
 
+/// Refuses, before any process starts, a job the JobManager would refuse (its graph, its
+/// configuration) or that the cluster `floe run` would start cannot hold (with `floe plan`'s
+/// message, at once rather than after the JobManager's `slot.request.timeout`).
+pub fn preflight(job: &FlinkJob) -> anyhow::Result<()> {
+    let planned = crate::plan_cmd::manifest_job(job, None)?;
+    floe_jobmanager::job::validate_configuration(&job.job_configuration())?;
+    if let Err(e) = floe_scheduler::Plan::new(planned.graph, Some(&planned.offer)) {
+        let tm = &job.spec.task_manager;
+        anyhow::bail!(
+            "{e} (spec.taskManager: {} TaskManager(s) x {} slots): raise spec.taskManager.replicas or \
+             spec.taskManager.slots, or lower the job's parallelism",
+            tm.replicas,
+            tm.slots
+        );
+    }
+    Ok(())
+}
+
 /// How many times `floe run` restarts a JobManager that died, as a Deployment would.
 const JOBMANAGER_RESTARTS: u32 = 3;
 
@@ -93,12 +111,11 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
         taskmanagers: job.spec.task_manager.replicas,
         slots: job.spec.task_manager.slots,
         work_dir: work_dir.to_path_buf(),
-        heartbeat_timeout: job
-            .spec
-            .configuration
-            .get("heartbeat.timeout")
-            .and_then(|v| floe_jobmanager::job::parse_duration(v))
-            .unwrap_or(Duration::from_secs(10)),
+        heartbeat_timeout: floe_jobmanager::job::duration_setting(
+            &job.spec.configuration,
+            "heartbeat.timeout",
+        )?
+        .unwrap_or(Duration::from_secs(10)),
         job_file: Some(local_manifest(job, work_dir)?),
         placement: None,
         env: Vec::new(),

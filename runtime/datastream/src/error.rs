@@ -44,6 +44,14 @@ pub enum Error {
         #[source]
         source: opendal::Error,
     },
+    /// A source's location holds nothing to read.
+    #[error(
+        "no input files at {url}: expected a file, or a directory of files (names starting with '.' or '_' are hidden)"
+    )]
+    NoInput { url: String },
+    /// A file sink's location is a file, where its part files would go.
+    #[error("output {url} is a file: expected a directory (created if missing)")]
+    OutputIsAFile { url: String },
     /// Opening object storage failed (a bad URL, an unreachable store).
     #[error(transparent)]
     ObjectStore(#[from] floe_storage::Error),
@@ -59,6 +67,26 @@ impl Error {
             Error::Shuffle(e) => e.is_retryable(),
             Error::Storage { source, .. } => source.is_temporary(),
             Error::ObjectStore(e) => e.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// Whether restarting the task cannot help: the job's arguments, configuration or graph are
+    /// wrong, its input is missing, its storage refuses it. The JobManager then fails the job at
+    /// once instead of spending its restart budget (Flink's non-recoverable errors).
+    pub fn is_non_recoverable(&self) -> bool {
+        match self {
+            Error::Argument { .. }
+            | Error::Configuration { .. }
+            | Error::UnknownJob { .. }
+            | Error::Graph(_)
+            | Error::JobGraph(_)
+            | Error::Task { .. }
+            | Error::Restore { .. }
+            | Error::NoInput { .. }
+            | Error::OutputIsAFile { .. } => true,
+            Error::Storage { source, .. } => floe_storage::is_permanent_kind(source.kind()),
+            Error::ObjectStore(e) => e.is_permanent(),
             _ => false,
         }
     }

@@ -26,9 +26,28 @@ pub(crate) struct Location {
     pub url: String,
 }
 
+/// A location `locate` can open: a path, or a URL of a scheme it knows (checked when a job is built,
+/// so a typo fails the submission rather than a task).
+pub(crate) fn check_location(url: &str) -> Result<()> {
+    match url.split_once("://") {
+        Some((scheme, _)) if !matches!(scheme, "s3" | "s3a" | "file") => {
+            Err(Error::ObjectStore(floe_storage::Error::InvalidUrl {
+                url: url.to_string(),
+                reason: format!("unsupported scheme {scheme}://; expected a path, file://, s3:// or s3a://"),
+            }))
+        }
+        _ if url.is_empty() => Err(Error::ObjectStore(floe_storage::Error::InvalidUrl {
+            url: String::new(),
+            reason: "expected a path or a URL, got an empty string".into(),
+        })),
+        _ => Ok(()),
+    }
+}
+
 /// Opens `s3://bucket/prefix`, `file:///path` or a plain (absolute or relative) path, through the one
 /// object-storage wrapper (`floe-storage`: endpoint and keys from configuration or the environment).
 pub(crate) fn locate(url: &str, conf: &BTreeMap<String, String>) -> Result<Location> {
+    check_location(url)?;
     let storage_url = if let Some(rest) = url.strip_prefix("s3a://") {
         format!("s3://{rest}")
     } else if url.starts_with("s3://") || url.starts_with("file://") {
@@ -80,10 +99,7 @@ pub(crate) async fn list_files(loc: &Location) -> Result<Vec<(String, u64)>> {
         files.push((path, size));
     }
     if files.is_empty() {
-        return Err(Error::storage(
-            &loc.url,
-            opendal::Error::new(opendal::ErrorKind::NotFound, "no input files"),
-        ));
+        return Err(Error::NoInput { url: loc.url.clone() });
     }
     files.sort();
     Ok(files)
@@ -872,6 +888,13 @@ impl FileSinkIo {
         if self.open.is_none() {
             let loc = locate(&self.url, &self.conf)?;
             let dir = Self::dir(&loc);
+            if let Ok(meta) = loc.op.stat(&dir).await
+                && meta.is_file()
+            {
+                return Err(Error::OutputIsAFile {
+                    url: self.url.clone(),
+                });
+            }
             let tmp = if self.checkpointing {
                 Self::in_progress_of(&dir, &self.part_name(self.next_part))
             } else {

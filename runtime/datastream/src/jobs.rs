@@ -71,6 +71,16 @@ impl JobRegistry {
     }
 }
 
+/// Arguments `names` are locations a source or sink can open (a path, `file://`, `s3://`).
+fn location_args(args: &BTreeMap<String, String>, names: &[&str]) -> Result<()> {
+    for name in names {
+        if let Some(v) = args.get(*name) {
+            crate::io::check_location(v).map_err(|e| Error::argument(&format!("--{name}"), e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Parses `--name value` pairs; every name must be in `known`, every name in `required` present.
 pub fn parse_args(args: &[String], known: &[&str], required: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
@@ -152,6 +162,7 @@ fn is_word(b: u8) -> bool {
 /// `--input PATH_OR_URL --output PATH_OR_URL`; output lines `word<TAB>count`.
 pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let args = parse_args(args, &["input", "output"], &["input", "output"])?;
+    location_args(&args, &["input", "output"])?;
     env.read_text_file(&args["input"])
         .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
             tokenize(&line, |w| out.collect((w.to_string(), 1)))
@@ -184,6 +195,7 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
         "sink-delay-us",
     ];
     let a = parse_args(args, &KNOWN, &["output"])?;
+    location_args(&a, &["output"])?;
     let number = |key: &str, default: u64| -> Result<u64> {
         match a.get(key) {
             None => Ok(default),

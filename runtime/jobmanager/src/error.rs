@@ -11,12 +11,9 @@ pub enum Error {
     Config { key: String, message: String },
     #[error(transparent)]
     Scheduling(#[from] floe_scheduler::Error),
-    #[error("cannot bind {address}: {source}")]
-    Bind {
-        address: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not chained, so any way of printing it says why.
+    #[error("cannot bind {address}: {cause}")]
+    Bind { address: String, cause: std::io::Error },
     #[error("server failed: {0}")]
     Serve(String),
     /// The operation log could not be taken, read or written (fenced, lost the election, corrupt).

@@ -420,6 +420,10 @@ fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()>
     Ok(())
 }
 
+/// The most TaskManagers a FlinkJob can ask for: its TaskManager Deployment's `replicas` is an
+/// int32.
+pub const MAX_REPLICAS: u32 = i32::MAX as u32;
+
 impl FlinkJobSpec {
     /// Checks what the schema cannot: names, numbers and values in range. Field names are the
     /// manifest's (`spec.taskManager.replicas`), so the message tells a user what to edit.
@@ -437,6 +441,15 @@ impl FlinkJobSpec {
         }
         if self.task_manager.replicas == 0 {
             return field_error("spec.taskManager.replicas", "expected at least 1");
+        }
+        if self.task_manager.replicas > MAX_REPLICAS {
+            return field_error(
+                "spec.taskManager.replicas",
+                format!(
+                    "expected at most {MAX_REPLICAS} (a Deployment's replicas is a 32-bit integer), got {}",
+                    self.task_manager.replicas
+                ),
+            );
         }
         if self.task_manager.slots == 0 {
             return field_error("spec.taskManager.slots", "expected at least 1");

@@ -54,6 +54,30 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Io { source, .. } if source.is_temporary())
     }
+
+    /// Whether no retry, however late, can succeed: the URL or configuration is wrong, or the store
+    /// answered that the object, bucket or access is not there.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::InvalidUrl { .. }
+            | Error::InvalidConfiguration { .. }
+            | Error::NoConditionalCreate { .. } => true,
+            Error::Io { source, .. } => is_permanent_kind(source.kind()),
+            _ => false,
+        }
+    }
+}
+
+/// opendal error kinds that describe the request rather than the store's health.
+pub fn is_permanent_kind(kind: opendal::ErrorKind) -> bool {
+    matches!(
+        kind,
+        opendal::ErrorKind::NotFound
+            | opendal::ErrorKind::PermissionDenied
+            | opendal::ErrorKind::IsADirectory
+            | opendal::ErrorKind::NotADirectory
+            | opendal::ErrorKind::ConfigInvalid
+    )
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -62,6 +86,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most one read or write of a call's body may wait for the store.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The process-wide HTTP client opendal's S3 service uses, over rustls with ring as its crypto
+/// provider (first call wins; cheap after). A process that installed another provider keeps it.
+fn install_http_client() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        opendal_http_transport_reqwest::install_default();
+    });
+}
 
 /// Runs an idempotent storage operation (a read, or a write that replaces its object), trying again
 /// on a retryable error, up to 5 more times with doubling delays from 100 ms: a store that was
@@ -129,8 +163,7 @@ impl ObjectStore {
     }
 
     pub fn open(url: &str, conf: &BTreeMap<String, String>) -> Result<ObjectStore> {
-        // The process-wide HTTP client opendal's S3 service uses (first call wins; cheap after).
-        opendal::install_default();
+        install_http_client();
         let invalid = |reason: &str| Error::InvalidUrl {
             url: url.to_string(),
             reason: reason.to_string(),

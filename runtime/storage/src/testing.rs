@@ -1,27 +1,47 @@
 //! A local S3 server for tests: `moto_server` from PyPI (`pip install "moto[server]"`), started on a
 //! free loopback port and stopped on drop. It honours conditional creates (`If-None-Match: *`), which
 //! fencing needs.
+//!
+//! A server never outlives its test process: a harness that ends with `std::process::exit` (as
+//! libtest-mimic's does) runs no destructors, and a test killed by a signal none, so the server is
+//! started through a few lines of Python that also exit when their stdin, a pipe only this process
+//! holds, reaches end of file (the way `floe --exit-on-stdin-eof` children do).
 #![allow(clippy::unwrap_used)] // test support: a panic is the failure report
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// `moto_server -H HOST -p PORT` that also exits when stdin reaches end of file.
+const MOTO_UNTIL_STDIN_EOF: &str = r#"
+import os, sys, threading
+def parent_gone():
+    sys.stdin.buffer.read()
+    os._exit(0)
+threading.Thread(target=parent_gone, daemon=True).start()
+from moto.server import main
+host, port = sys.argv[1], sys.argv[2]
+sys.argv = ["moto_server", "-H", host, "-p", port]
+sys.exit(main())
+"#;
 
 /// A running moto server with one bucket.
 #[derive(Debug)]
 pub struct MotoServer {
     child: Child,
+    /// The server exits when this closes (this process ended, however it ended).
+    stdin: Option<ChildStdin>,
     pub endpoint: String,
     pub bucket: String,
 }
 
 impl MotoServer {
-    /// Whether `moto_server` can be started here.
+    /// Whether moto's server can be started here (`python3` imports it).
     pub fn available() -> bool {
-        Command::new("moto_server")
-            .arg("--help")
+        Command::new("python3")
+            .args(["-c", "import moto.server"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -57,12 +77,14 @@ impl MotoServer {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("moto_server")
-            .args(["-H", host, "-p", &port.to_string()])
+        let mut child = Command::new("python3")
+            .args(["-c", MOTO_UNTIL_STDIN_EOF, host, &port.to_string()])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("moto_server (pip install \"moto[server]\")");
+            .expect("python3 with moto's server (pip install \"moto[server]\")");
+        let stdin = child.stdin.take();
         let address = format!("{host}:{port}");
         let started = Instant::now();
         while TcpStream::connect(&address).is_err() {
@@ -84,6 +106,7 @@ impl MotoServer {
         assert!(reply.starts_with("HTTP/1.1 200"), "CreateBucket: {reply}");
         MotoServer {
             child,
+            stdin,
             endpoint: format!("http://{address}"),
             bucket: bucket.to_string(),
         }
@@ -97,6 +120,13 @@ impl MotoServer {
             ("s3.access-key".into(), "test".into()),
             ("s3.secret-key".into(), "test".into()),
         ])
+    }
+
+    /// Closes this process's end of the server's stdin pipe, as the kernel does when this process
+    /// ends, however it ends; returns the server's process id, for a test that it then exits alone.
+    pub fn close_stdin(&mut self) -> u32 {
+        self.stdin.take();
+        self.child.id()
     }
 
     /// `s3://{bucket}/{prefix}`.

@@ -20,6 +20,15 @@ use crate::tasks::{TaskEntry, key};
 use crate::thread::TaskThread;
 use crate::{TaskManager, lock};
 
+/// Why a task failed, as its final report carries it.
+struct Failure {
+    message: String,
+    /// The input partition it could not read: failover produces it again.
+    unavailable: Option<floe_shuffle::ResultPartitionId>,
+    /// No restart can fix it: the job fails at once.
+    non_recoverable: bool,
+}
+
 /// The job storage checkpoints go to; checkpointing without one is a configuration error.
 fn job_storage(conf: &BTreeMap<String, String>) -> Result<ObjectStore, Status> {
     match ObjectStore::job_storage(conf) {
@@ -239,20 +248,26 @@ impl TaskManager {
                 },
                 None => Ok(None),
             };
-            let created = state.and_then(|state| {
+            let created = state.map_err(|e| (e, false)).and_then(|state| {
                 ctx.keyed_state = state;
                 built
                     .create_task(task_id.vertex, ctx)
-                    .map_err(|e| format!("cannot create task: {e}"))
+                    .map_err(|e| (format!("cannot create task: {e}"), e.is_non_recoverable()))
             });
             let outcome = match created {
                 Ok(task) => {
                     this.report(&task_id, ExecutionState::Running).await;
-                    task.run()
-                        .await
-                        .map_err(|e| (e.to_string(), e.unavailable_partition().cloned()))
+                    task.run().await.map_err(|e| Failure {
+                        message: e.to_string(),
+                        unavailable: e.unavailable_partition().cloned(),
+                        non_recoverable: e.is_non_recoverable(),
+                    })
                 }
-                Err(e) => Err((e, None)),
+                Err((message, non_recoverable)) => Err(Failure {
+                    message,
+                    unavailable: None,
+                    non_recoverable,
+                }),
             };
             let _ = std::fs::remove_dir_all(&state_dir);
             let final_report = match outcome {
@@ -274,16 +289,17 @@ impl TaskManager {
                         Some(&task_metrics),
                     )
                 }
-                Err((e, unavailable)) => {
-                    tracing::warn!(task = ?task_id, "task failed: {e}");
+                Err(failure) => {
+                    tracing::warn!(task = ?task_id, non_recoverable = failure.non_recoverable, "task failed: {}", failure.message);
                     let mut report = this.update(
                         &task_id,
                         ExecutionState::Failed,
-                        e,
+                        failure.message,
                         Vec::new(),
                         Some(&task_metrics),
                     );
-                    report.unavailable_partitions = unavailable.into_iter().map(Into::into).collect();
+                    report.unavailable_partitions = failure.unavailable.into_iter().map(Into::into).collect();
+                    report.non_recoverable = failure.non_recoverable;
                     report
                 }
             };

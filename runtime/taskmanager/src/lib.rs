@@ -22,12 +22,9 @@ use tonic::transport::Channel;
 /// What can stop a TaskManager.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot bind {address}: {source}")]
-    Bind {
-        address: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not chained, so any way of printing it says why.
+    #[error("cannot bind {address}: {cause}")]
+    Bind { address: String, cause: std::io::Error },
     #[error("cannot reach the JobManager at {address}: {message}")]
     JobManagerUnreachable { address: String, message: String },
     #[error("the JobManager refused registration: {0}")]
@@ -154,9 +151,9 @@ pub fn rss_bytes() -> (u64, u64) {
 pub async fn run(config: TaskManagerConfig) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
-        .map_err(|source| Error::Bind {
+        .map_err(|cause| Error::Bind {
             address: config.bind.to_string(),
-            source,
+            cause,
         })?;
     let local = listener.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
     let address = match &config.advertise_host {

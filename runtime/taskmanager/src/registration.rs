@@ -12,6 +12,21 @@ use tonic::transport::Channel;
 use crate::tasks::TaskEntry;
 use crate::{Error, Result, TaskManager, lock, rss_bytes};
 
+/// An error and its causes, `outer: inner: ...` (a transport error alone says nothing of why).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Channel>> {
     let deadline = tokio::time::Instant::now() + timeout;
     let endpoint = floe_proto::channel::endpoint(
@@ -29,7 +44,11 @@ pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManag
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 return Err(Error::JobManagerUnreachable {
                     address: address.into(),
-                    message: e.to_string(),
+                    message: format!(
+                        "no connection within {} s: {}",
+                        timeout.as_secs(),
+                        error_chain(&e)
+                    ),
                 });
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,

@@ -71,6 +71,7 @@ impl TaskManager {
                 records_out: m.records_out.load(Ordering::Relaxed),
             }),
             unavailable_partitions: Vec::new(),
+            non_recoverable: false,
         }
     }
 

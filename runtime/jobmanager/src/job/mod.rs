@@ -30,6 +30,18 @@ mod reports;
 /// `slot.request.timeout` for a restart; the JobManager's initial wait is configured separately).
 const SLOT_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
+/// Flink's key for how long a job waits for the slots it needs before it fails.
+pub const SLOT_REQUEST_TIMEOUT_KEY: &str = "slot.request.timeout";
+
+/// Flink's words for a job that could not get its slots (its `NoResourceAvailableException`).
+pub fn no_resource_available(needed: usize, available: usize, waited: Duration) -> String {
+    format!(
+        "NoResourceAvailableException: could not acquire the minimum required resources within \
+         {SLOT_REQUEST_TIMEOUT_KEY} ({} s): the job needs {needed} slots, the cluster offers {available} free",
+        waited.as_secs()
+    )
+}
+
 /// One attempt of one subtask of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptId {
@@ -145,6 +157,51 @@ impl RestartStrategy {
 
 pub use floe_datastream::parse_duration;
 
+/// The JobManager's own duration keys (the job's operators check theirs when the job is built).
+const DURATION_KEYS: [&str; 3] = [
+    SLOT_REQUEST_TIMEOUT_KEY,
+    "heartbeat.timeout",
+    "heartbeat.interval",
+];
+
+/// The duration at `key`, if set; a value that is not one is an error naming the key.
+pub fn duration_setting(conf: &BTreeMap<String, String>, key: &str) -> Result<Option<Duration>> {
+    conf.get(key)
+        .map(|v| {
+            parse_duration(v).ok_or_else(|| Error::Config {
+                key: key.into(),
+                message: format!("expected a duration like \"10 s\" or \"10000\" (ms), got {v:?}"),
+            })
+        })
+        .transpose()
+}
+
+/// The job's checkpointing settings (`execution.checkpointing.*`), if it checkpoints.
+fn checkpoint_config(conf: &BTreeMap<String, String>) -> Result<Option<floe_datastream::CheckpointConfig>> {
+    floe_datastream::CheckpointConfig::from_configuration(conf).map_err(|e| match e {
+        floe_datastream::Error::Configuration { key, value, message } => Error::Config {
+            key,
+            message: format!("{value:?}: {message}"),
+        },
+        other => Error::Config {
+            key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
+            message: other.to_string(),
+        },
+    })
+}
+
+/// Checks every key the JobManager reads from a job's configuration (restart strategy,
+/// checkpointing, slot request timeout, heartbeats): what `floe run` runs before it starts a
+/// cluster, and a submission before the job is accepted.
+pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
+    RestartStrategy::from_configuration(conf)?;
+    checkpoint_config(conf)?;
+    for key in DURATION_KEYS {
+        duration_setting(conf, key)?;
+    }
+    Ok(())
+}
+
 /// Per-subtask counters reported by TaskManagers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounters {
@@ -207,6 +264,10 @@ pub struct JobMaster {
     final_reports: std::collections::BTreeSet<(ExecutionVertexId, u64)>,
     /// Restarts postponed in a row for want of slots.
     slot_waits: u32,
+    /// The job's `slot.request.timeout`, if its configuration sets one (else the JobManager's).
+    pub slot_request_timeout: Option<Duration>,
+    /// The current attempt whose failure, about to be applied, no restart can fix.
+    not_recoverable: Option<AttemptId>,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -244,7 +305,9 @@ impl JobMaster {
         fingerprint: String,
         first_attempt: u64,
     ) -> Result<Self> {
+        validate_configuration(&args.configuration)?;
         let restart = RestartStrategy::from_configuration(&args.configuration)?;
+        let slot_request_timeout = duration_setting(&args.configuration, SLOT_REQUEST_TIMEOUT_KEY)?;
         let remote_shuffle =
             floe_shuffle::remote_shuffle_enabled(&args.configuration).map_err(|e| match e {
                 floe_shuffle::Error::Config { key, message } => Error::Config { key, message },
@@ -264,17 +327,7 @@ impl JobMaster {
             }
         }
         let n = graph.task_count();
-        let checkpoint_config = floe_datastream::CheckpointConfig::from_configuration(&args.configuration)
-            .map_err(|e| match e {
-                floe_datastream::Error::Configuration { key, value, message } => Error::Config {
-                    key,
-                    message: format!("{value:?}: {message}"),
-                },
-                other => Error::Config {
-                    key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
-                    message: other.to_string(),
-                },
-            })?;
+        let checkpoint_config = checkpoint_config(&args.configuration)?;
         if checkpoint_config.is_some() && !args.configuration.contains_key(floe_storage::JOB_STORAGE_KEY) {
             return Err(Error::Config {
                 key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
@@ -319,6 +372,8 @@ impl JobMaster {
             unplaced: std::collections::BTreeSet::new(),
             final_reports: std::collections::BTreeSet::new(),
             slot_waits: 0,
+            slot_request_timeout,
+            not_recoverable: None,
         })
     }
 
@@ -698,7 +753,9 @@ impl JobMaster {
             }
             ExecutionState::Failed => {
                 let cause = error.unwrap_or_else(|| "task failed".into());
-                self.on_failure(&[v], format!("{} failed: {cause}", self.graph.task_name(v)))
+                let cause = format!("{} failed: {cause}", self.graph.task_name(v));
+                let recoverable = self.not_recoverable.take().as_ref() != Some(id);
+                self.on_failure_of(&[v], cause, recoverable)
             }
             _ => Vec::new(),
         }
@@ -774,9 +831,27 @@ impl JobMaster {
         )
     }
 
+    /// The TaskManager said attempt `id` failed for a reason no restart can fix (Flink's
+    /// non-recoverable errors): its failure report, applied next, fails the whole job.
+    pub fn next_failure_is_not_recoverable(&mut self, id: &AttemptId) {
+        if self.is_current(id) {
+            self.not_recoverable = Some(id.clone());
+        }
+    }
+
     /// Region failover for executions that failed together, or the end of the job when the restart
     /// strategy is exhausted.
     fn on_failure(&mut self, failed: &[ExecutionVertexId], cause: String) -> Vec<Action> {
+        self.on_failure_of(failed, cause, true)
+    }
+
+    /// [`JobMaster::on_failure`]; a failure that is not `recoverable` ends the job at once.
+    fn on_failure_of(
+        &mut self,
+        failed: &[ExecutionVertexId],
+        cause: String,
+        recoverable: bool,
+    ) -> Vec<Action> {
         if let Some(c) = self.checkpoints.as_mut() {
             c.abort(None, &cause);
         }
@@ -790,11 +865,15 @@ impl JobMaster {
             return self.maybe_terminal();
         }
         tracing::warn!(job = %self.id, "{cause}");
-        if self.restarts >= self.restart.attempts {
-            self.failure = Some(format!(
-                "{cause} (restart strategy exhausted after {} restarts)",
-                self.restarts
-            ));
+        if !recoverable || self.restarts >= self.restart.attempts {
+            self.failure = Some(if recoverable {
+                format!(
+                    "{cause} (restart strategy exhausted after {} restarts)",
+                    self.restarts
+                )
+            } else {
+                format!("{cause} (not recoverable: the job failed without restarting)")
+            });
             self.status = JobStatus::Failing;
             let mut actions = self.cancel_all();
             actions.extend(self.maybe_terminal());
@@ -888,13 +967,12 @@ impl JobMaster {
             if free.len() < self.unplaced.len() {
                 let wait = self.restart.delay.max(Duration::from_millis(100));
                 self.slot_waits += 1;
-                if wait * self.slot_waits > SLOT_WAIT_LIMIT {
+                if wait * self.slot_waits > self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT) {
                     // Flink's NoResourceAvailableException after `slot.request.timeout`.
-                    self.failure = Some(format!(
-                        "could not get {} slots for the restart within {} s: the cluster offers {} free",
+                    self.failure = Some(no_resource_available(
                         self.unplaced.len(),
-                        SLOT_WAIT_LIMIT.as_secs(),
-                        free.len()
+                        free.len(),
+                        self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT),
                     ));
                     self.status = JobStatus::Failing;
                     let mut actions = self.cancel_all();

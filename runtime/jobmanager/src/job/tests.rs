@@ -365,11 +365,10 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
     }
     assert_eq!(waiting_job.status, JobStatus::Failed);
     assert!(
-        waiting_job
-            .failure
-            .as_deref()
-            .unwrap_or_default()
-            .starts_with("could not get 4 slots for the restart within 60 s"),
+        waiting_job.failure.as_deref().unwrap_or_default().starts_with(
+            "NoResourceAvailableException: could not acquire the minimum required resources within \
+                 slot.request.timeout (60 s): the job needs 4 slots"
+        ),
         "{:?}",
         waiting_job.failure
     );
@@ -410,4 +409,44 @@ fn cancel_ends_canceled_and_restart_config_is_checked() {
     assert_eq!(parse_duration("1 s"), Some(Duration::from_secs(1)));
     assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
     assert_eq!(parse_duration("soon"), None);
+}
+
+/// Issue 17: a failure the TaskManager marks as not recoverable (a missing input) fails the job at
+/// once, with its restart budget untouched; a later attempt's ordinary failure would have restarted.
+#[test]
+fn a_failure_no_restart_can_fix_fails_the_job_without_restarting() {
+    let mut job = seed_job();
+    job.start(&slots()).unwrap();
+    report(&mut job, ev(0, 1), ExecutionState::Initializing);
+    // A mark for an attempt that is not current is ignored.
+    job.next_failure_is_not_recoverable(&AttemptId {
+        job_id: "job".into(),
+        vertex: ev(0, 1),
+        attempt: 7,
+    });
+    let id = job.attempt_id(ev(0, 1));
+    job.next_failure_is_not_recoverable(&id);
+    let actions = job.on_task_state(
+        &id,
+        ExecutionState::Failed,
+        Some("storage /data/in.txt: NotFound".into()),
+        Vec::new(),
+        None,
+    );
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::RestartAfter { .. })),
+        "{actions:?}"
+    );
+    assert_eq!(job.restarts, 0);
+    assert!(
+        matches!(job.status, JobStatus::Failing | JobStatus::Failed),
+        "{:?}",
+        job.status
+    );
+    assert_eq!(
+        job.failure.as_deref(),
+        Some(
+            "source#1 failed: storage /data/in.txt: NotFound (not recoverable: the job failed without restarting)"
+        )
+    );
 }

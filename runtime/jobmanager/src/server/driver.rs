@@ -19,19 +19,19 @@ impl JobManager {
                 .collect();
             for id in ids {
                 let free = Self::free_slots(&state);
-                let timeout = self.inner.config.slot_request_timeout;
                 let Some(job) = state.jobs.get_mut(&id) else {
                     continue;
                 };
+                let timeout = job
+                    .master
+                    .slot_request_timeout
+                    .unwrap_or(self.inner.config.slot_request_timeout);
                 match job.master.start(&free) {
                     Ok(a) => actions.extend(a),
                     Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots { needed, available })) => {
                         if job.submitted.elapsed() > timeout {
                             let m = &mut job.master;
-                            m.failure = Some(format!(
-                                "could not get {needed} slots within {} s: the cluster offers {available} free",
-                                timeout.as_secs()
-                            ));
+                            m.failure = Some(crate::job::no_resource_available(needed, available, timeout));
                             for s in [JobStatus::Running, JobStatus::Failing, JobStatus::Failed] {
                                 m.status = m.status.transition(s).unwrap_or(s);
                             }
@@ -43,6 +43,28 @@ impl JobManager {
             }
         }
         self.perform(actions);
+    }
+
+    /// Looks at job `id` again once its slot request timeout has passed, so a job that never got
+    /// its slots fails then even if no TaskManager registers, leaves or reports in the meantime.
+    pub(crate) fn fail_unstarted_after_timeout(&self, id: &str) {
+        let timeout = {
+            let state = self.state();
+            let Some(job) = state.jobs.get(id) else {
+                return;
+            };
+            job.master
+                .slot_request_timeout
+                .unwrap_or(self.inner.config.slot_request_timeout)
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(timeout + Duration::from_millis(100)).await;
+            this.try_start_jobs();
+        });
     }
 
     /// Carries out actions; failures to deploy become task failures. A stopped (fenced) JobManager

@@ -299,6 +299,7 @@ impl JobManager {
         );
         self.resume_checkpoints(&id);
         self.try_start_jobs();
+        self.fail_unstarted_after_timeout(&id);
         Ok(id)
     }
 
@@ -416,6 +417,12 @@ impl JobManager {
             records_out: m.records_out,
         });
         let error = (!r.error.is_empty()).then_some(r.error);
+        if state == ExecutionState::Failed
+            && r.non_recoverable
+            && let Some(job) = self.state().jobs.get_mut(&id.job_id)
+        {
+            job.master.next_failure_is_not_recoverable(&id);
+        }
         if state == ExecutionState::Failed && !r.unavailable_partitions.is_empty() {
             let lost: Vec<floe_shuffle::ResultPartitionId> =
                 r.unavailable_partitions.into_iter().map(Into::into).collect();
@@ -515,15 +522,15 @@ impl JobManager {
     pub async fn serve(self) -> Result<()> {
         let rpc = tokio::net::TcpListener::bind(self.inner.config.rpc_address)
             .await
-            .map_err(|source| Error::Bind {
+            .map_err(|cause| Error::Bind {
                 address: self.inner.config.rpc_address.to_string(),
-                source,
+                cause,
             })?;
         let rest = tokio::net::TcpListener::bind(self.inner.config.rest_address)
             .await
-            .map_err(|source| Error::Bind {
+            .map_err(|cause| Error::Bind {
                 address: self.inner.config.rest_address.to_string(),
-                source,
+                cause,
             })?;
         let rpc_addr = rpc.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
         let rest_addr = rest.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
