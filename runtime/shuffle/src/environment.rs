@@ -29,9 +29,18 @@ pub(crate) struct Shared {
     pub(crate) local_address: Mutex<Option<String>>,
     /// The runtime the environment was created on (the TaskManager's process runtime): gates run
     /// their network and object-storage streams there, so connections to peers outlive any one
-    /// task, whose own thread and runtime end with it. Local streams (no connection) run where the
-    /// gate is read. `None` outside a runtime: every stream goes where the gate is read.
+    /// task, whose own thread and runtime end with it; so do local blocking partitions' streams,
+    /// whose file reads then overlap the task's work. Local pipelined streams run where the gate is
+    /// read. `None` outside a runtime: every stream goes where the gate is read.
     pub(crate) io: Option<tokio::runtime::Handle>,
+}
+
+impl Shared {
+    /// Whether `id` is a blocking partition registered here (a pipelined one, or one not
+    /// registered yet, which only a pipelined consumer may ask for, is not).
+    pub(crate) fn is_blocking(&self, id: &ResultPartitionId) -> bool {
+        matches!(lock(&self.partitions).get(id), Some(Partition::Blocking(_)))
+    }
 }
 
 /// The shuffle of one TaskManager: creates [`PartitionWriter`]s and [`InputGate`]s for its tasks and

@@ -200,16 +200,21 @@ impl RemoteInputGate {
                     subpartition,
                     index: streams,
                 };
-                // A local stream runs where the gate is read (the task's own thread): its buffers
-                // then cross threads once, from the producer's queue, and its credits not at all.
-                // Streams over a connection (gRPC to a peer, object storage) run on the process
-                // runtime, which owns the pooled connections they share with other tasks.
-                if local.as_deref() == Some(spec.address.as_str()) {
+                // A stream of a local pipelined partition runs where the gate is read (the task's
+                // own thread): its buffers then cross threads once, from the producer's queue, and
+                // its credits not at all. Every other stream runs on the process runtime: a local
+                // blocking partition's file reads there overlap the task's work (on the task's
+                // thread they would wait for it), and streams over a connection (gRPC to a peer,
+                // object storage) share that runtime's pooled connections with other tasks.
+                let is_local = local.as_deref() == Some(spec.address.as_str());
+                if is_local && !self.shared.is_blocking(&spec.partition) {
                     tasks.spawn(stream.run_local(tx.clone()));
                 } else {
                     let run: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
                         if spec.address == OBJECT_STORAGE_ADDRESS {
                             Box::pin(stream.run_remote(self.storage.clone(), tx.clone()))
+                        } else if is_local {
+                            Box::pin(stream.run_local(tx.clone()))
                         } else {
                             Box::pin(stream.run(tx.clone()))
                         };
