@@ -14,7 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
-use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe::local_cluster::LocalCluster;
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -557,18 +557,7 @@ fn valid_edge_rows() -> Vec<Row> {
 
 /// A cluster of `taskmanagers` x `slots` for rows that talk to a running JobManager.
 fn cluster(name: &str, taskmanagers: u32, slots: u32) -> LocalCluster {
-    let dir = row_dir(name);
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers,
-        slots,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-    };
-    LocalCluster::start(&spec).unwrap()
+    local_cluster(name, taskmanagers, slots).0
 }
 
 /// Submits over gRPC; the JobManager's answer, refusal included.
@@ -578,26 +567,8 @@ fn try_submit(
     args: &[String],
     configuration: &[(&str, &str)],
 ) -> Result<String, tonic::Status> {
-    use floe_proto::v1::SubmitJobRequest;
-    use floe_proto::v1::job_manager_client::JobManagerClient;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut client = JobManagerClient::connect(format!("http://{rpc_address}"))
-            .await
-            .unwrap();
-        let request = SubmitJobRequest {
-            job_name: name.into(),
-            args: args.to_vec(),
-            configuration: configuration
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        client.submit_job(request).await.map(|r| r.into_inner().job_id)
-    })
+    let conf = configuration.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    try_submit_job(rpc_address, name, args.to_vec(), conf)
 }
 
 fn cluster_rows() -> Vec<Row> {

@@ -11,22 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe::local_cluster::LocalCluster;
 use serde_json::Value;
 
 fn cluster(name: &str, taskmanagers: u32, slots: u32) -> (LocalCluster, std::path::PathBuf) {
-    let dir = scratch(name);
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers,
-        slots,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-    };
-    (LocalCluster::start(&spec).unwrap(), dir)
+    local_cluster(name, taskmanagers, slots)
 }
 
 fn submit(cluster: &LocalCluster, name: &str, args: &[String], conf: &[(&str, &str)]) -> String {

@@ -206,6 +206,16 @@ pub fn submit_job(
     args: Vec<String>,
     configuration: impl IntoIterator<Item = (String, String)>,
 ) -> String {
+    try_submit_job(rpc_address, name, args, configuration).unwrap()
+}
+
+/// [`submit_job`], with the JobManager's refusal as the error.
+pub fn try_submit_job(
+    rpc_address: &str,
+    name: &str,
+    args: Vec<String>,
+    configuration: impl IntoIterator<Item = (String, String)>,
+) -> Result<String, tonic::Status> {
     use floe_proto::v1::SubmitJobRequest;
     use floe_proto::v1::job_manager_client::JobManagerClient;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -221,8 +231,29 @@ pub fn submit_job(
             args,
             configuration: configuration.into_iter().collect(),
         };
-        client.submit_job(request).await.unwrap().into_inner().job_id
+        client.submit_job(request).await.map(|r| r.into_inner().job_id)
     })
+}
+
+/// A local cluster of `taskmanagers` x `slots` (2 s heartbeat timeout) in a scratch directory
+/// named `name`; returns it and that directory.
+pub fn local_cluster(
+    name: &str,
+    taskmanagers: u32,
+    slots: u32,
+) -> (floe::local_cluster::LocalCluster, PathBuf) {
+    let dir = scratch(name);
+    let spec = floe::local_cluster::ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers,
+        slots,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: std::time::Duration::from_secs(2),
+        job_file: None,
+        placement: None,
+        env: Vec::new(),
+    };
+    (floe::local_cluster::LocalCluster::start(&spec).unwrap(), dir)
 }
 
 pub mod images;
