@@ -66,11 +66,6 @@ impl EpochFence {
         Ok(epoch > before)
     }
 
-    /// [`EpochFence::admit`] of a request's epoch.
-    pub fn admit_request<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        self.admit(epoch_of(request)?)
-    }
-
     pub fn highest(&self) -> u64 {
         self.highest.load(Ordering::Acquire)
     }
@@ -81,18 +76,23 @@ mod tests {
     use super::*;
     use tonic::service::Interceptor;
 
+    /// What a TaskManager does with a call: the fence, on the epoch the request carries.
+    fn admit_request<T>(fence: &EpochFence, request: &Request<T>) -> Result<(), Status> {
+        fence.admit(epoch_of(request)?)
+    }
+
     #[test]
     fn a_call_from_an_older_epoch_is_refused_naming_both_epochs() {
         let fence = EpochFence::default();
         let epoch = LeaderEpoch::default();
         epoch.0.store(1, Ordering::Release);
         let call = |e: &LeaderEpoch| e.clone().call(Request::new(())).expect("intercepted");
-        assert!(fence.admit_request(&call(&epoch)).is_ok());
+        assert!(admit_request(&fence, &call(&epoch)).is_ok());
         // A newer JobManager takes over; the older one's calls are refused from then on.
         let newer = LeaderEpoch::default();
         newer.0.store(2, Ordering::Release);
-        assert!(fence.admit_request(&call(&newer)).is_ok());
-        let refused = fence.admit_request(&call(&epoch)).expect_err("older epoch");
+        assert!(admit_request(&fence, &call(&newer)).is_ok());
+        let refused = admit_request(&fence, &call(&epoch)).expect_err("older epoch");
         assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
         assert_eq!(
             refused.message(),
@@ -100,14 +100,13 @@ mod tests {
              epoch 1 is refused"
         );
         assert!(
-            fence.admit_request(&Request::new(())).is_err(),
+            admit_request(&fence, &Request::new(())).is_err(),
             "no header: epoch 0"
         );
         let mut bad = Request::new(());
         bad.metadata_mut()
             .insert(LEADER_EPOCH_HEADER, MetadataValue::from_static("x1"));
-        let message = fence
-            .admit_request(&bad)
+        let message = admit_request(&fence, &bad)
             .expect_err("bad header")
             .message()
             .to_string();
