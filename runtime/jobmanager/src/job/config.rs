@@ -1,0 +1,117 @@
+//! What a job's configuration tells the JobManager, read with Flink's keys: the restart strategy,
+//! checkpointing, how long to wait for slots, heartbeats. Every value is checked when the job is
+//! submitted (and by `floe run` before it starts a cluster), with errors that name the key.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Flink's key for how long a job waits for the slots it needs before it fails.
+pub const SLOT_REQUEST_TIMEOUT_KEY: &str = "slot.request.timeout";
+
+/// Flink's words for a job that could not get its slots (its `NoResourceAvailableException`).
+pub fn no_resource_available(needed: usize, available: usize, waited: Duration) -> String {
+    format!(
+        "NoResourceAvailableException: could not acquire the minimum required resources within \
+         {SLOT_REQUEST_TIMEOUT_KEY} ({} s): the job needs {needed} slots, the cluster offers {available} free",
+        waited.as_secs()
+    )
+}
+
+/// Flink's fixed-delay restart strategy (`restart-strategy.type: fixed-delay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestartStrategy {
+    pub attempts: u32,
+    pub delay: Duration,
+}
+
+impl RestartStrategy {
+    /// Reads `restart-strategy.type` (`fixed-delay` or `none`/`disable`),
+    /// `restart-strategy.fixed-delay.attempts` and `restart-strategy.fixed-delay.delay`. Floe's default
+    /// is fixed-delay with 3 attempts, 1 s apart.
+    pub fn from_configuration(conf: &BTreeMap<String, String>) -> Result<Self> {
+        let kind = conf
+            .get("restart-strategy.type")
+            .map(|s| s.trim().to_ascii_lowercase());
+        match kind.as_deref() {
+            None | Some("fixed-delay") | Some("fixeddelay") => {}
+            Some("none") | Some("disable") | Some("off") => {
+                return Ok(RestartStrategy {
+                    attempts: 0,
+                    delay: Duration::ZERO,
+                });
+            }
+            Some(other) => {
+                return Err(Error::Config {
+                    key: "restart-strategy.type".into(),
+                    message: format!("expected fixed-delay or none, got {other:?}"),
+                });
+            }
+        }
+        let attempts = match conf.get("restart-strategy.fixed-delay.attempts") {
+            None => 3,
+            Some(v) => v.trim().parse().map_err(|_| Error::Config {
+                key: "restart-strategy.fixed-delay.attempts".into(),
+                message: format!("expected a non-negative integer, got {v:?}"),
+            })?,
+        };
+        let delay = match conf.get("restart-strategy.fixed-delay.delay") {
+            None => Duration::from_secs(1),
+            Some(v) => parse_duration(v).ok_or_else(|| Error::Config {
+                key: "restart-strategy.fixed-delay.delay".into(),
+                message: format!("expected a duration like \"1 s\" or \"500 ms\", got {v:?}"),
+            })?,
+        };
+        Ok(RestartStrategy { attempts, delay })
+    }
+}
+
+pub use floe_datastream::parse_duration;
+
+/// The JobManager's own duration keys (the job's operators check theirs when the job is built).
+const DURATION_KEYS: [&str; 3] = [
+    SLOT_REQUEST_TIMEOUT_KEY,
+    "heartbeat.timeout",
+    "heartbeat.interval",
+];
+
+/// The duration at `key`, if set; a value that is not one is an error naming the key.
+pub fn duration_setting(conf: &BTreeMap<String, String>, key: &str) -> Result<Option<Duration>> {
+    conf.get(key)
+        .map(|v| {
+            parse_duration(v).ok_or_else(|| Error::Config {
+                key: key.into(),
+                message: format!("expected a duration like \"10 s\" or \"10000\" (ms), got {v:?}"),
+            })
+        })
+        .transpose()
+}
+
+/// The job's checkpointing settings (`execution.checkpointing.*`), if it checkpoints.
+pub(super) fn checkpoint_config(
+    conf: &BTreeMap<String, String>,
+) -> Result<Option<floe_datastream::CheckpointConfig>> {
+    floe_datastream::CheckpointConfig::from_configuration(conf).map_err(|e| match e {
+        floe_datastream::Error::Configuration { key, value, message } => Error::Config {
+            key,
+            message: format!("{value:?}: {message}"),
+        },
+        other => Error::Config {
+            key: floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY.into(),
+            message: other.to_string(),
+        },
+    })
+}
+
+/// Checks every key the JobManager reads from a job's configuration (restart strategy,
+/// checkpointing, slot request timeout, heartbeats): what `floe run` runs before it starts a
+/// cluster, and a submission before the job is accepted.
+pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
+    RestartStrategy::from_configuration(conf)?;
+    checkpoint_config(conf)?;
+    for key in DURATION_KEYS {
+        duration_setting(conf, key)?;
+    }
+    Ok(())
+}
