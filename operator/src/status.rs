@@ -75,8 +75,8 @@ pub fn insufficient_slots(job: &FlinkJob) -> Option<String> {
         .get("jobmanager.scheduler")
         .is_some_and(|s| s.trim().eq_ignore_ascii_case("adaptive"));
     let tm = &job.spec.task_manager;
-    let offered = u64::from(tm.replicas) * u64::from(tm.slots);
-    (!adaptive && u64::from(parallelism) > offered).then(|| {
+    let offered = job.total_slots();
+    (!adaptive && parallelism > offered).then(|| {
         format!(
             "parallelism {parallelism} needs {parallelism} slots but spec.taskManager offers {} x {} = {offered}: \
              raise spec.taskManager.replicas or spec.taskManager.slots, or lower spec.job.parallelism",

@@ -14,6 +14,8 @@ pub struct ManifestJob {
     pub mode: &'static str,
     /// Slots per TaskManager of the cluster the manifest declares (`spec.taskManager`).
     pub offer: Vec<u32>,
+    /// The configuration the job is submitted with.
+    pub configuration: std::collections::BTreeMap<String, String>,
 }
 
 /// Builds the manifest's job graph (its job name, arguments and configuration, with the shuffle mode
@@ -29,7 +31,7 @@ pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::
     let args = floe_datastream::JobArgs {
         name: manifest.spec.job.name.clone(),
         args: manifest.spec.job.args.clone(),
-        configuration: conf,
+        configuration: conf.clone(),
     };
     let built = floe_datastream::JobRegistry::builtin().build(&args)?;
     let tm = &manifest.spec.task_manager;
@@ -41,6 +43,7 @@ pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::
         graph: built.job_graph().clone(),
         mode,
         offer: vec![tm.slots; tm.replicas as usize],
+        configuration: conf,
     })
 }
 

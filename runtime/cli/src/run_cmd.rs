@@ -86,7 +86,7 @@ fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::
 /// message, at once rather than after the JobManager's `slot.request.timeout`).
 pub fn preflight(job: &FlinkJob) -> anyhow::Result<()> {
     let planned = crate::plan_cmd::manifest_job(job, None)?;
-    floe_jobmanager::job::validate_configuration(&job.job_configuration())?;
+    floe_jobmanager::job::validate_configuration(&planned.configuration)?;
     if let Err(e) = floe_scheduler::Plan::new(planned.graph, Some(&planned.offer)) {
         let tm = &job.spec.task_manager;
         anyhow::bail!(

@@ -841,20 +841,32 @@ impl FileSinkIo {
         format!("{dir}/.{name}.inprogress")
     }
 
-    /// Checkpointing: before the first write, bring the directory to the restored checkpoint (or
+    /// Before the first write: refuse a file where the directory goes; with checkpointing, also
+    /// bring the directory to the restored checkpoint (or
     /// to nothing): commit the parts it left pending (its completion may not have reached this
     /// sink), and delete this subtask's committed parts numbered from its `next_part` on (committed
     /// after it, at an end of input). In-progress parts of other writers are left alone: they are
     /// hidden (no reader lists them), and one may belong to an attempt still running whose data
     /// must not be lost.
     async fn start(&mut self) -> Result<()> {
-        if self.started || !self.checkpointing {
-            self.started = true;
+        if self.started {
             return Ok(());
         }
         self.started = true;
         let loc = locate(&self.url, &self.conf)?;
         let dir = Self::dir(&loc);
+        // Once per sink, before its first part: a file where the parts would go is an error that
+        // names the output, not one write failure per attempt.
+        if let Ok(meta) = loc.op.stat(&dir).await
+            && meta.is_file()
+        {
+            return Err(Error::OutputIsAFile {
+                url: self.url.clone(),
+            });
+        }
+        if !self.checkpointing {
+            return Ok(());
+        }
         let (pending, next_part) = match self.restore.take() {
             Some((_, state)) => (state.pending, state.next_part),
             None => (Vec::new(), 0),
@@ -888,13 +900,6 @@ impl FileSinkIo {
         if self.open.is_none() {
             let loc = locate(&self.url, &self.conf)?;
             let dir = Self::dir(&loc);
-            if let Ok(meta) = loc.op.stat(&dir).await
-                && meta.is_file()
-            {
-                return Err(Error::OutputIsAFile {
-                    url: self.url.clone(),
-                });
-            }
             let tmp = if self.checkpointing {
                 Self::in_progress_of(&dir, &self.part_name(self.next_part))
             } else {

@@ -867,13 +867,10 @@ impl JobMaster {
             if free.len() < self.unplaced.len() {
                 let wait = self.restart.delay.max(Duration::from_millis(100));
                 self.slot_waits += 1;
-                if wait * self.slot_waits > self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT) {
+                let limit = self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT);
+                if wait * self.slot_waits > limit {
                     // Flink's NoResourceAvailableException after `slot.request.timeout`.
-                    self.failure = Some(no_resource_available(
-                        self.unplaced.len(),
-                        free.len(),
-                        self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT),
-                    ));
+                    self.failure = Some(no_resource_available(self.unplaced.len(), free.len(), limit));
                     self.status = JobStatus::Failing;
                     let mut actions = self.cancel_all();
                     actions.extend(self.maybe_terminal());

@@ -22,10 +22,7 @@ impl JobManager {
                 let Some(job) = state.jobs.get_mut(&id) else {
                     continue;
                 };
-                let timeout = job
-                    .master
-                    .slot_request_timeout
-                    .unwrap_or(self.inner.config.slot_request_timeout);
+                let timeout = self.slot_request_timeout(&job.master);
                 match job.master.start(&free) {
                     Ok(a) => actions.extend(a),
                     Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots { needed, available })) => {
@@ -45,6 +42,12 @@ impl JobManager {
         self.perform(actions);
     }
 
+    /// How long `job` waits for its slots: its `slot.request.timeout`, else this JobManager's.
+    fn slot_request_timeout(&self, job: &JobMaster) -> Duration {
+        job.slot_request_timeout
+            .unwrap_or(self.inner.config.slot_request_timeout)
+    }
+
     /// Looks at job `id` again once its slot request timeout has passed, so a job that never got
     /// its slots fails then even if no TaskManager registers, leaves or reports in the meantime.
     pub(crate) fn fail_unstarted_after_timeout(&self, id: &str) {
@@ -53,9 +56,7 @@ impl JobManager {
             let Some(job) = state.jobs.get(id) else {
                 return;
             };
-            job.master
-                .slot_request_timeout
-                .unwrap_or(self.inner.config.slot_request_timeout)
+            self.slot_request_timeout(&job.master)
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
