@@ -74,10 +74,15 @@ pub fn render_text(view: &PlanView, mode: &str) -> String {
     let _ = writeln!(out, "\nVertices:");
     let width = view.vertices.iter().map(|v| v.id.len()).max().unwrap_or(0);
     for v in &view.vertices {
+        // Flink's "-1": the adaptive batch scheduler decides it from the inputs' size.
+        let parallelism = match v.parallelism {
+            0 => "decided at run time".to_string(),
+            p => format!("{p:>5}"),
+        };
         let _ = write!(
             out,
-            "  {:<width$}  parallelism {:>5}  max {:>5}  slot sharing group {}",
-            v.id, v.parallelism, v.max_parallelism, v.slot_sharing_group
+            "  {:<width$}  parallelism {parallelism}  max {:>5}  slot sharing group {}",
+            v.id, v.max_parallelism, v.slot_sharing_group
         );
         for i in &v.inputs {
             let _ = write!(

@@ -47,6 +47,15 @@ pub enum Error {
     },
     #[error("job needs {needed} slots but the cluster offers {available}")]
     NotEnoughSlots { needed: usize, available: usize },
+    #[error(
+        "vertex '{vertex}': its parallelism is decided at run time from its inputs' size, so edge {edge} \
+         must be blocking (execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING), not {partition_type}"
+    )]
+    AdaptiveInputNotBlocking {
+        vertex: String,
+        edge: String,
+        partition_type: String,
+    },
     #[error("adaptive parallelism: {0}")]
     InvalidAdaptiveConfig(String),
     #[error("unknown {kind} '{value}', expected one of: {expected}")]

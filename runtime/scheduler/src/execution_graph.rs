@@ -12,7 +12,9 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::job_graph::{DistributionPattern, JobGraph, ResultIndex, ResultPartitionType, VertexIndex};
+use crate::job_graph::{
+    DistributionPattern, JobGraph, Partitioner, ResultIndex, ResultPartitionType, VertexIndex,
+};
 use crate::state::ExecutionState;
 
 /// Flink's `jobmanager.execution.attempts-history-size` default: prior attempts kept per vertex.
@@ -107,6 +109,11 @@ pub struct ExecutionGraph {
     groups: Vec<ConsumedPartitionGroup>,
     /// Global index of subtask 0 of each JobVertex; a dense numbering of all subtasks.
     offsets: Vec<u32>,
+    /// Per vertex: its parallelism is decided at run time (adaptive batch scheduling).
+    dynamic: Vec<bool>,
+    /// Per vertex decided at run time: the subpartitions each subtask reads of its all-to-all inputs.
+    subpartition_ranges: Vec<Option<Vec<Range<u32>>>>,
+    first_attempt: u64,
 }
 
 /// The first attempt number a JobManager of leader epoch `epoch` gives each subtask. Attempt numbers
@@ -125,7 +132,42 @@ pub const fn epoch_of_attempt(attempt: u64) -> u64 {
 
 impl ExecutionGraph {
     /// Expands a validated JobGraph. Cost is linear in subtasks plus partitions, whatever the edges.
+    /// A vertex whose parallelism is decided at run time has no subtasks until
+    /// [`ExecutionGraph::decide`]; one whose input is pointwise takes its producer's parallelism.
     pub fn new(job_graph: JobGraph) -> Self {
+        Self::with_first_attempt(job_graph, 0)
+    }
+
+    /// Every subtask's first attempt is numbered `first_attempt` (see [`first_attempt_of_epoch`]).
+    pub fn with_first_attempt(job_graph: JobGraph, first_attempt: u64) -> Self {
+        let dynamic: Vec<bool> = job_graph.vertices().iter().map(|v| !v.is_decided()).collect();
+        let ranges = vec![None; dynamic.len()];
+        Self::build(job_graph, dynamic, ranges, first_attempt)
+    }
+
+    fn build(
+        mut job_graph: JobGraph,
+        dynamic: Vec<bool>,
+        subpartition_ranges: Vec<Option<Vec<Range<u32>>>>,
+        first_attempt: u64,
+    ) -> Self {
+        // Pointwise consumers decided at run time take their producer's parallelism as soon as it
+        // is known (Flink's forward groups): they read whole partitions, nothing to balance.
+        for i in 0..job_graph.vertices().len() {
+            let index = VertexIndex(i as u32);
+            if job_graph.vertex(index).is_decided() {
+                continue;
+            }
+            let producer = job_graph.inputs(index).iter().find_map(|&r| {
+                let ds = job_graph.data_set(r);
+                let p = job_graph.vertex(ds.producer).parallelism;
+                (ds.pattern == DistributionPattern::Pointwise && p > 0).then_some(p)
+            });
+            if let Some(p) = producer {
+                // Within the max parallelism or left undecided (the decider's bound applies).
+                let _ = job_graph.set_parallelism(index, p);
+            }
+        }
         let mut offsets = Vec::with_capacity(job_graph.vertices().len());
         let mut total = 0u32;
         let mut vertices: Vec<ExecutionJobVertex> = job_graph
@@ -144,7 +186,7 @@ impl ExecutionGraph {
                         },
                         consumed: Vec::with_capacity(job_graph.inputs(index).len()),
                         current: Execution {
-                            attempt: 0,
+                            attempt: first_attempt,
                             state: ExecutionState::Created,
                         },
                         prior: Vec::new(),
@@ -219,7 +261,140 @@ impl ExecutionGraph {
             results,
             groups,
             offsets,
+            dynamic,
+            subpartition_ranges,
+            first_attempt,
         }
+    }
+
+    /// Whether `vertex`'s parallelism is decided at run time (decided yet or not).
+    pub fn is_dynamic(&self, vertex: VertexIndex) -> bool {
+        self.dynamic[vertex.0 as usize]
+    }
+
+    /// Whether `vertex` has its subtasks (its parallelism is known).
+    pub fn is_decided(&self, vertex: VertexIndex) -> bool {
+        self.job_graph.vertex(vertex).is_decided()
+    }
+
+    /// Vertices whose parallelism may be decided now: not decided, and every input's producer
+    /// decided with all its subtasks finished (so their partitions' sizes are known). Sources
+    /// (no inputs) are always among them until decided.
+    pub fn decidable(&self) -> Vec<VertexIndex> {
+        (0..self.vertices.len() as u32)
+            .map(VertexIndex)
+            .filter(|&v| !self.is_decided(v))
+            .filter(|&v| {
+                self.job_graph.inputs(v).iter().all(|&r| {
+                    let producer = self.job_graph.data_set(r).producer;
+                    self.is_decided(producer)
+                        && self.vertices[producer.0 as usize]
+                            .subtasks
+                            .iter()
+                            .all(|s| s.current.state == ExecutionState::Finished)
+                })
+            })
+            .collect()
+    }
+
+    /// Gives a vertex decided at run time its parallelism and, for its all-to-all inputs, the
+    /// subpartitions each subtask reads (`None`: split by count). The graph grows: the vertex's
+    /// subtasks, partitions and groups appear; every execution so far keeps its attempt and state.
+    pub fn decide(
+        &mut self,
+        vertex: VertexIndex,
+        parallelism: u32,
+        subpartition_ranges: Option<Vec<Range<u32>>>,
+    ) -> Result<()> {
+        let v = self.job_graph.vertex(vertex);
+        if v.is_decided() {
+            return Err(Error::InvalidAdaptiveConfig(format!(
+                "vertex '{}' already has parallelism {}",
+                v.id, v.parallelism
+            )));
+        }
+        if let Some(ranges) = &subpartition_ranges {
+            let covers = ranges.len() == parallelism as usize
+                && ranges.first().is_some_and(|r| r.start == 0)
+                && ranges.last().is_some_and(|r| r.end == v.max_parallelism)
+                && ranges.windows(2).all(|w| w[0].end == w[1].start)
+                && ranges.iter().all(|r| !r.is_empty());
+            if !covers {
+                return Err(Error::InvalidAdaptiveConfig(format!(
+                    "vertex '{}': {} subpartition ranges do not split 0..{} among {parallelism} subtasks",
+                    v.id,
+                    ranges.len(),
+                    v.max_parallelism
+                )));
+            }
+        }
+        let mut job_graph = self.job_graph.clone();
+        job_graph.set_parallelism(vertex, parallelism)?;
+        let mut ranges = self.subpartition_ranges.clone();
+        ranges[vertex.0 as usize] = subpartition_ranges;
+        let mut grown = Self::build(job_graph, self.dynamic.clone(), ranges, self.first_attempt);
+        for (old, new) in self.vertices.iter().zip(grown.vertices.iter_mut()) {
+            for (o, n) in old.subtasks.iter().zip(new.subtasks.iter_mut()) {
+                n.current = o.current;
+                n.prior.clone_from(&o.prior);
+            }
+        }
+        *self = grown;
+        Ok(())
+    }
+
+    /// How many subpartitions a partition has: one per consumer subtask, or, when the consumer's
+    /// parallelism is decided at run time, one per key group of the consumer (its max
+    /// parallelism) so that any parallelism can read contiguous ranges; a broadcast result for
+    /// such a consumer has one subpartition that every consumer subtask reads.
+    pub fn num_subpartitions(&self, partition: PartitionId) -> u32 {
+        let result = self.result(partition.result);
+        let consumer = self.job_graph.vertex(result.consumer);
+        match result.pattern {
+            DistributionPattern::AllToAll if self.is_dynamic(result.consumer) => {
+                if self.job_graph.data_set(partition.result).partitioner == Partitioner::Broadcast {
+                    1
+                } else {
+                    consumer.max_parallelism
+                }
+            }
+            DistributionPattern::AllToAll => consumer.parallelism,
+            DistributionPattern::Pointwise => self.group(self.group_of(partition)).consumers.len() as u32,
+        }
+    }
+
+    /// The subpartitions consumer subtask `consumer` reads of each partition of group `group`.
+    pub fn consumed_subpartitions(&self, consumer: ExecutionVertexId, group: GroupIndex) -> Range<u32> {
+        let g = self.group(group);
+        let result = self.result(g.result);
+        let s = consumer.subtask;
+        match result.pattern {
+            DistributionPattern::AllToAll if self.is_dynamic(consumer.vertex) => {
+                if self.job_graph.data_set(g.result).partitioner == Partitioner::Broadcast {
+                    return 0..1;
+                }
+                match &self.subpartition_ranges[consumer.vertex.0 as usize] {
+                    Some(ranges) => ranges[s as usize].clone(),
+                    None => {
+                        let n = self.job_graph.vertex(consumer.vertex).max_parallelism as u64;
+                        let p = self.vertices[consumer.vertex.0 as usize].parallelism.max(1) as u64;
+                        let start = s as u64 * n / p;
+                        let end = (s as u64 + 1) * n / p;
+                        start as u32..end as u32
+                    }
+                }
+            }
+            DistributionPattern::AllToAll => s..s + 1,
+            DistributionPattern::Pointwise => {
+                let k = s - g.consumers.start;
+                k..k + 1
+            }
+        }
+    }
+
+    /// The subpartition ranges decided for a vertex's subtasks, if the decider balanced them.
+    pub fn subpartition_ranges(&self, vertex: VertexIndex) -> Option<&[Range<u32>]> {
+        self.subpartition_ranges[vertex.0 as usize].as_deref()
     }
 
     pub fn job_graph(&self) -> &JobGraph {
@@ -318,16 +493,6 @@ impl ExecutionGraph {
         self.result(partition.result).partitions[partition.partition as usize].group
     }
 
-    /// Every subtask's first attempt is numbered `first_attempt` (see [`first_attempt_of_epoch`]).
-    pub fn with_first_attempt(job_graph: JobGraph, first_attempt: u64) -> Self {
-        let mut graph = Self::new(job_graph);
-        for v in &mut graph.vertices {
-            for ev in &mut v.subtasks {
-                ev.current.attempt = first_attempt;
-            }
-        }
-        graph
-    }
 
     /// A subtask not started yet takes over attempt number `attempt`: one that finished under an
     /// earlier JobManager, whose partitions are named by it.
@@ -406,7 +571,6 @@ impl fmt::Display for ExecutionVertexId {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job_graph::Partitioner;
 
     fn consumed_partitions(g: &ExecutionGraph, vertex: u32) -> Vec<Vec<u32>> {
         g.job_vertex(VertexIndex(vertex))
@@ -578,5 +742,108 @@ mod tests {
         assert_eq!(ev.prior.len(), ATTEMPT_HISTORY_SIZE);
         assert_eq!(ev.current.attempt, 41);
         assert!(g.execution_vertex(ExecutionVertexId::new(0, 9)).is_err());
+    }
+}
+
+#[cfg(test)]
+mod adaptive_tests {
+    use super::*;
+    use crate::job_graph::BatchShuffleMode;
+    use crate::regions::PipelinedRegions;
+    use crate::scheduling::PipelinedRegionSchedulingStrategy;
+
+    fn finish(g: &mut ExecutionGraph, v: ExecutionVertexId) {
+        for s in [
+            ExecutionState::Scheduled,
+            ExecutionState::Deploying,
+            ExecutionState::Initializing,
+            ExecutionState::Running,
+            ExecutionState::Finished,
+        ] {
+            g.transition(v, s).unwrap();
+        }
+    }
+
+    /// source(2) -hash-> reduce(?) -forward-> sink(?), every exchange blocking.
+    fn auto_graph() -> ExecutionGraph {
+        let job = JobGraph::test()
+            .vertex("source", 2)
+            .vertex("reduce", 0)
+            .vertex("sink", 0)
+            .edge("source", "reduce", Partitioner::Hash)
+            .edge("reduce", "sink", Partitioner::Forward)
+            .build()
+            .unwrap()
+            .with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
+        job.check_adaptive().unwrap();
+        ExecutionGraph::with_first_attempt(job, 5)
+    }
+
+    #[test]
+    fn a_vertex_decided_at_run_time_grows_the_graph() {
+        let mut g = auto_graph();
+        let (reduce, sink) = (VertexIndex(1), VertexIndex(2));
+        assert_eq!(g.task_count(), 2);
+        assert!(g.is_dynamic(reduce) && !g.is_decided(reduce) && !g.is_dynamic(VertexIndex(0)));
+        // Producers write one subpartition per key group of the undecided consumer.
+        let p0 = PartitionId {
+            result: ResultIndex(0),
+            partition: 0,
+        };
+        assert_eq!(g.num_subpartitions(p0), 128);
+        assert!(g.decidable().is_empty(), "the sources have not finished");
+        finish(&mut g, ExecutionVertexId::new(0, 0));
+        assert!(g.decidable().is_empty());
+        finish(&mut g, ExecutionVertexId::new(0, 1));
+        assert_eq!(g.decidable(), vec![reduce]);
+
+        let bad = g.decide(reduce, 3, Some(vec![0..10, 10..128])).unwrap_err();
+        assert!(bad.to_string().contains("do not split 0..128 among 3"), "{bad}");
+        g.decide(reduce, 3, Some(vec![0..10, 10..100, 100..128])).unwrap();
+        // The forward consumer follows; the sources keep their finished attempts.
+        assert_eq!(g.job_vertex(sink).parallelism, 3);
+        assert_eq!(g.task_count(), 8);
+        let source = g.execution_vertex(ExecutionVertexId::new(0, 1)).unwrap();
+        assert_eq!(source.current.state, ExecutionState::Finished);
+        assert_eq!(source.current.attempt, 5);
+        assert_eq!(g.execution_vertex(ExecutionVertexId::new(1, 2)).unwrap().current.attempt, 5);
+        let r1 = ExecutionVertexId::new(1, 1);
+        let group = g.execution_vertex(r1).unwrap().consumed[0];
+        assert_eq!(g.group(group).partitions, 0..2);
+        assert_eq!(g.consumed_subpartitions(r1, group), 10..100);
+        // reduce -> sink is forward: one subpartition, read one to one.
+        let rp = PartitionId {
+            result: ResultIndex(1),
+            partition: 2,
+        };
+        assert_eq!(g.num_subpartitions(rp), 1);
+        assert!(g.decide(reduce, 2, None).is_err(), "decided once");
+
+        // The strategy taken up from the states deploys the reducers, not the finished sources.
+        let regions = PipelinedRegions::compute(&g);
+        let mut s = PipelinedRegionSchedulingStrategy::resume(&g, &regions);
+        let names: Vec<String> = s
+            .schedule_ready_regions(&g, &regions)
+            .into_iter()
+            .map(|v| g.task_name(v))
+            .collect();
+        assert_eq!(names, ["reduce#0", "reduce#1", "reduce#2"]);
+        assert!(s.schedule_ready_regions(&g, &regions).is_empty());
+    }
+
+    #[test]
+    fn undecided_ranges_split_by_count() {
+        let mut g = auto_graph();
+        for k in 0..2 {
+            finish(&mut g, ExecutionVertexId::new(0, k));
+        }
+        g.decide(VertexIndex(1), 3, None).unwrap();
+        let ranges: Vec<Range<u32>> = (0..3)
+            .map(|k| {
+                let v = ExecutionVertexId::new(1, k);
+                g.consumed_subpartitions(v, g.execution_vertex(v).unwrap().consumed[0])
+            })
+            .collect();
+        assert_eq!(ranges, vec![0..42, 42..85, 85..128]);
     }
 }

@@ -22,6 +22,9 @@ pub fn default_max_parallelism(parallelism: u32) -> u32 {
     scaled.clamp(DEFAULT_MAX_PARALLELISM as u64, UPPER_BOUND_MAX_PARALLELISM as u64) as u32
 }
 
+/// A JobVertex's parallelism when the adaptive batch scheduler decides it at run time.
+pub const PARALLELISM_DECIDED_AT_RUN_TIME: u32 = 0;
+
 /// Position of a JobVertex in its JobGraph. Vertices keep the order they were added in; validation
 /// guarantees that order is topological.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -178,11 +181,20 @@ pub struct JobVertex {
     pub id: String,
     /// Display name (the operator chain, e.g. `Source -> FlatMap`).
     pub name: String,
+    /// Subtasks; [`PARALLELISM_DECIDED_AT_RUN_TIME`] for a vertex whose parallelism the adaptive
+    /// batch scheduler decides from its inputs' size (Flink's -1, "not set").
     pub parallelism: u32,
     /// Upper bound for rescaling and the number of key groups.
     pub max_parallelism: u32,
     /// Subtasks of vertices in the same group may share a slot.
     pub slot_sharing_group: String,
+}
+
+impl JobVertex {
+    /// Whether the parallelism is known (not left to the adaptive batch scheduler).
+    pub fn is_decided(&self) -> bool {
+        self.parallelism != PARALLELISM_DECIDED_AT_RUN_TIME
+    }
 }
 
 /// The data set a JobVertex produces for one outgoing edge.
@@ -236,9 +248,6 @@ impl JobGraph {
             if by_id.insert(v.id.as_str(), i).is_some() {
                 return Err(Error::DuplicateVertex { vertex: v.id.clone() });
             }
-            if v.parallelism == 0 {
-                return Err(Error::ZeroParallelism { vertex: v.id.clone() });
-            }
             if v.parallelism > v.max_parallelism {
                 return Err(Error::ParallelismAboveMax {
                     vertex: v.id.clone(),
@@ -273,7 +282,7 @@ impl JobGraph {
                 });
             }
             let (pf, pt) = (vertices[from].parallelism, vertices[to].parallelism);
-            if e.partitioner == Partitioner::Forward && pf != pt {
+            if e.partitioner == Partitioner::Forward && pf != pt && pf > 0 && pt > 0 {
                 return Err(Error::ForwardParallelismMismatch {
                     edge: e.name(),
                     from: pf,
@@ -381,6 +390,34 @@ impl JobGraph {
             ds.partition_type = ResultPartitionType::PipelinedBounded;
         }
         self
+    }
+
+    /// Whether any vertex's parallelism is decided at run time.
+    pub fn is_adaptive(&self) -> bool {
+        self.vertices.iter().any(|v| !v.is_decided())
+    }
+
+    /// What the adaptive batch scheduler needs of a graph whose parallelism is decided at run time
+    /// (Flink's "ALL_EXCHANGES_BLOCKING jobs only"): a vertex decided from its inputs' size reads
+    /// every all-to-all input from a blocking result, so the input is complete when it is decided.
+    /// A pointwise input is fine: its consumer takes its producer's parallelism.
+    pub fn check_adaptive(&self) -> Result<()> {
+        for (i, v) in self.vertices.iter().enumerate() {
+            if v.is_decided() {
+                continue;
+            }
+            for &r in self.inputs(VertexIndex(i as u32)) {
+                let ds = self.data_set(r);
+                if ds.pattern == DistributionPattern::AllToAll && !ds.partition_type.is_blocking() {
+                    return Err(Error::AdaptiveInputNotBlocking {
+                        vertex: v.id.clone(),
+                        edge: format!("{}->{}", self.vertex(ds.producer).id, v.id),
+                        partition_type: format!("{:?}", ds.partition_type),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sets one vertex's parallelism (adaptive batch scheduling decides it late). Forward edges stay
@@ -555,8 +592,22 @@ mod tests {
             .build()
             .unwrap_err();
         assert_eq!(self_loop, Error::SelfLoop { edge: "a->a".into() });
-        let zero = JobGraph::test().vertex("z", 0).build().unwrap_err();
-        assert_eq!(zero, Error::ZeroParallelism { vertex: "z".into() });
+        // 0 is "decided at run time", not an error; but only over blocking all-to-all inputs.
+        let auto = JobGraph::test()
+            .vertex("a", 2)
+            .vertex("z", 0)
+            .edge("a", "z", Partitioner::Hash)
+            .build()
+            .unwrap();
+        assert!(!auto.vertices()[1].is_decided());
+        assert_eq!(
+            auto.clone().streaming().check_adaptive().unwrap_err().to_string(),
+            "vertex 'z': its parallelism is decided at run time from its inputs' size, so edge a->z \
+             must be blocking (execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING), not PipelinedBounded"
+        );
+        auto.with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking)
+            .check_adaptive()
+            .unwrap();
         let mut b = JobGraph::test()
             .vertex("a", 2)
             .vertex("b", 2)

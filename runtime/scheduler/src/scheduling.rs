@@ -7,6 +7,7 @@
 
 use crate::execution_graph::{ExecutionGraph, ExecutionVertexId, PartitionId};
 use crate::regions::{PipelinedRegions, RegionIndex};
+use crate::state::ExecutionState;
 
 /// Scheduling state of one job: which blocking partitions are produced and which regions are scheduled.
 #[derive(Debug, Clone)]
@@ -29,6 +30,48 @@ impl PipelinedRegionSchedulingStrategy {
             unfinished: graph.groups().iter().map(|g| g.partitions.len() as u32).collect(),
             scheduled: vec![false; regions.len()],
         }
+    }
+
+    /// The strategy of a graph that changed shape (a vertex's parallelism was decided at run time),
+    /// taken up from the executions' states: a blocking partition is produced when its producer's
+    /// current attempt finished, a region is scheduled when any of its subtasks left CREATED.
+    pub fn resume(graph: &ExecutionGraph, regions: &PipelinedRegions) -> Self {
+        let mut s = Self::new(graph, regions);
+        for (r, result) in graph.results().iter().enumerate() {
+            if !result.partition_type.is_blocking() {
+                continue;
+            }
+            for (p, partition) in result.partitions.iter().enumerate() {
+                let producer = graph.producer_of(partition.id);
+                let finished = graph
+                    .execution_vertex(producer)
+                    .is_ok_and(|e| e.current.state == ExecutionState::Finished);
+                if finished {
+                    s.produced[r][p] = true;
+                    s.unfinished[partition.group.0 as usize] -= 1;
+                }
+            }
+        }
+        for region in regions.regions() {
+            s.scheduled[region.index.0 as usize] = region.vertices.iter().any(|&v| {
+                graph
+                    .execution_vertex(v)
+                    .is_ok_and(|e| e.current.state != ExecutionState::Created)
+            });
+        }
+        s
+    }
+
+    /// Every region not scheduled yet whose blocking inputs are produced (after [`resume`]).
+    ///
+    /// [`resume`]: PipelinedRegionSchedulingStrategy::resume
+    pub fn schedule_ready_regions(
+        &mut self,
+        graph: &ExecutionGraph,
+        regions: &PipelinedRegions,
+    ) -> Vec<ExecutionVertexId> {
+        let all = regions.regions().iter().map(|r| r.index).collect();
+        self.schedule_ready(graph, regions, all)
     }
 
     /// The source regions: every region without blocking inputs.
