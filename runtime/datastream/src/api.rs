@@ -10,6 +10,7 @@ use std::ops::Add;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use floe_scheduler::job_graph::{DEFAULT_MAX_PARALLELISM, PARALLELISM_DECIDED_AT_RUN_TIME};
 use floe_scheduler::{BatchShuffleMode, Partitioner};
 
 use crate::data::{Data, key_hash_only};
@@ -65,6 +66,9 @@ pub(crate) struct StreamNode {
     pub out_type: Option<Arc<dyn StreamType>>,
     /// Flink's `startNewChain()`: never chained to its input.
     pub new_chain: bool,
+    /// A file source's input location: its size decides the source's parallelism when that is
+    /// decided at run time.
+    pub source_input: Option<String>,
 }
 
 pub(crate) struct Shared {
@@ -88,6 +92,9 @@ pub struct StreamExecutionEnvironment {
     pub(crate) configuration: BTreeMap<String, String>,
     pub(crate) parallelism: u32,
     pub(crate) max_parallelism: Option<u32>,
+    /// `execution.batch.adaptive.auto-parallelism.max-parallelism`: the key groups (subpartitions)
+    /// of a vertex whose parallelism is decided at run time, unless `pipeline.max-parallelism`.
+    pub(crate) adaptive_max_parallelism: u32,
     pub(crate) shuffle_mode: BatchShuffleMode,
     pub(crate) buffer_timeout: Option<Duration>,
     pub(crate) buffer_size: usize,
@@ -114,6 +121,7 @@ impl Default for StreamExecutionEnvironment {
             configuration: BTreeMap::new(),
             parallelism: 1,
             max_parallelism: None,
+            adaptive_max_parallelism: DEFAULT_MAX_PARALLELISM,
             shuffle_mode: BatchShuffleMode::default(),
             buffer_timeout: Some(DEFAULT_BUFFER_TIMEOUT),
             buffer_size: DEFAULT_BUFFER_SIZE,
@@ -121,6 +129,9 @@ impl Default for StreamExecutionEnvironment {
         }
     }
 }
+
+/// Flink's key for the upper bound of a parallelism the adaptive batch scheduler decides.
+pub const ADAPTIVE_MAX_PARALLELISM_KEY: &str = "execution.batch.adaptive.auto-parallelism.max-parallelism";
 
 fn parse_u32(key: &str, v: &str) -> Result<u32> {
     match v.trim().parse::<u32>() {
@@ -167,7 +178,12 @@ impl StreamExecutionEnvironment {
                 "execution.runtime-mode" => {
                     env.set_runtime_mode(v.parse()?);
                 }
+                // Flink's -1 ("not set"): the adaptive batch scheduler decides from the data.
+                "parallelism.default" if matches!(v.trim(), "-1" | "auto") => {
+                    env.parallelism = PARALLELISM_DECIDED_AT_RUN_TIME
+                }
                 "parallelism.default" => env.parallelism = parse_u32(key, v)?,
+                ADAPTIVE_MAX_PARALLELISM_KEY => env.adaptive_max_parallelism = parse_u32(key, v)?,
                 "pipeline.max-parallelism" => env.max_parallelism = Some(parse_u32(key, v)?),
                 "execution.batch-shuffle-mode" => {
                     env.shuffle_mode = v
@@ -249,6 +265,7 @@ impl StreamExecutionEnvironment {
                 kind: NodeKind::Source(factory),
                 out_type: Some(Arc::new(TypeOf::<T>(PhantomData))),
                 new_chain: false,
+                source_input: None,
             },
         );
         DataStream::at(self.shared.clone(), node)
@@ -258,6 +275,7 @@ impl StreamExecutionEnvironment {
     /// split by byte ranges across the subtasks.
     pub fn read_text_file(&self, url: &str) -> DataStream<String> {
         let url = url.to_string();
+        let url_for_size = url.clone();
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
             let source = TextSource {
                 url: url.clone(),
@@ -270,7 +288,9 @@ impl StreamExecutionEnvironment {
             };
             source_head(ctx, source, chain)
         });
-        self.add_source("source", "Source: Text".into(), Par::Default, factory)
+        let stream = self.add_source("source", "Source: Text".into(), Par::Default, factory);
+        lock(&self.shared).nodes[stream.node].source_input = Some(url_for_size);
+        stream
     }
 
     /// Lines of 1 to 12 seeded Zipf-distributed words; `count` lines in all (`None`: unbounded),
@@ -415,6 +435,7 @@ impl<T: Data> DataStream<T> {
                 kind: NodeKind::Operator(factory),
                 out_type: Some(Arc::new(TypeOf::<O>(PhantomData))),
                 new_chain: false,
+                source_input: None,
             },
         );
         DataStream::at(self.shared.clone(), node)
@@ -526,7 +547,11 @@ impl<T: Data> DataStream<T> {
 
     /// Sets the parallelism of the operator that produces this stream.
     pub fn set_parallelism(self, parallelism: u32) -> Self {
-        lock(&self.shared).nodes[self.node].parallelism = Par::Fixed(parallelism.max(1));
+        // Flink's `setParallelism(PARALLELISM_DEFAULT)`: 0 leaves it to the environment's.
+        lock(&self.shared).nodes[self.node].parallelism = match parallelism {
+            0 => Par::Default,
+            p => Par::Fixed(p),
+        };
         self
     }
 
@@ -561,6 +586,7 @@ impl<T: Data> DataStream<T> {
                 input: Some(self.plain_input()),
                 kind: NodeKind::Sink(factory),
                 out_type: None,
+                source_input: None,
             },
         );
         DataStreamSink {
@@ -618,7 +644,11 @@ impl std::fmt::Debug for DataStreamSink {
 
 impl DataStreamSink {
     pub fn set_parallelism(self, parallelism: u32) -> Self {
-        lock(&self.shared).nodes[self.node].parallelism = Par::Fixed(parallelism.max(1));
+        // Flink's `setParallelism(PARALLELISM_DEFAULT)`: 0 leaves it to the environment's.
+        lock(&self.shared).nodes[self.node].parallelism = match parallelism {
+            0 => Par::Default,
+            p => Par::Fixed(p),
+        };
         self
     }
 }

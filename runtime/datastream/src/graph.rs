@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use floe_scheduler::job_graph::{ResultPartitionType, VertexIndex, default_max_parallelism};
+use floe_scheduler::job_graph::{
+    PARALLELISM_DECIDED_AT_RUN_TIME, ResultPartitionType, VertexIndex, default_max_parallelism,
+};
 use floe_scheduler::{JobEdge, JobGraph, JobVertex, Partitioner};
 
 use crate::api::{NodeKind, Par, RuntimeMode, StreamExecutionEnvironment, StreamNode, lock};
@@ -95,7 +97,9 @@ impl StreamExecutionEnvironment {
             } else {
                 Partitioner::Rebalance
             });
-            if p == Partitioner::Forward && !same {
+            // A forward consumer decided at run time takes its producer's parallelism.
+            let decided_later = par[input.node] == 0 || par[i] == 0;
+            if p == Partitioner::Forward && !same && !decided_later {
                 return Err(Error::Graph(format!(
                     "forward partitioning between {} (parallelism {}) and {} (parallelism {})",
                     nodes[input.node].name, par[input.node], node.name, par[i]
@@ -132,15 +136,25 @@ impl StreamExecutionEnvironment {
                 .collect::<Vec<_>>()
                 .join(" -> ");
             let p = par[h];
+            if p == PARALLELISM_DECIDED_AT_RUN_TIME && mode == RuntimeMode::Streaming {
+                return Err(Error::config(
+                    "parallelism.default",
+                    "-1",
+                    "a parallelism decided at run time (auto) is adaptive batch scheduling: it needs \
+                     execution.runtime-mode BATCH; a STREAMING job needs a positive parallelism",
+                ));
+            }
+            // Decided at run time: one key group (subpartition) per parallelism it may get.
+            let default_max = match p {
+                PARALLELISM_DECIDED_AT_RUN_TIME => self.adaptive_max_parallelism,
+                p => default_max_parallelism(p),
+            };
             vertex_of_head.insert(h, vertices.len());
             vertices.push(JobVertex {
                 id,
                 name,
                 parallelism: p,
-                max_parallelism: self
-                    .max_parallelism
-                    .unwrap_or_else(|| default_max_parallelism(p))
-                    .max(p),
+                max_parallelism: self.max_parallelism.unwrap_or(default_max).max(p),
                 slot_sharing_group: "default".into(),
             });
             chains.push(chain);
@@ -226,6 +240,22 @@ impl BuiltJob {
 
     pub fn runtime_mode(&self) -> RuntimeMode {
         self.mode
+    }
+
+    /// The bytes a source vertex will read, when its source reads files (`None`: another kind of
+    /// source, or not a source): what a source parallelism decided at run time is inferred from.
+    pub async fn source_input_bytes(&self, vertex: u32) -> Result<Option<u64>> {
+        let Some(url) = self
+            .plans
+            .get(vertex as usize)
+            .and_then(|p| p.chain.first())
+            .and_then(|&head| self.nodes[head].source_input.as_ref())
+        else {
+            return Ok(None);
+        };
+        let location = crate::io::locate(url, &self.configuration)?;
+        let files = crate::io::list_files(&location).await?;
+        Ok(Some(files.iter().map(|(_, size)| size).sum()))
     }
 
     /// `execution.buffer-timeout` (`None` = -1: flush only full buffers).

@@ -217,9 +217,10 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
         ),
     };
     let seed = number("seed", 42)?;
+    // Unset: the environment's (0 when `parallelism.default` is auto: decided at run time).
     let parallelism = |key: &str| -> Result<u32> {
         match number(key, default_p)? {
-            0 => Err(Error::argument(&format!("--{key}"), "must be at least 1")),
+            0 if a.contains_key(key) => Err(Error::argument(&format!("--{key}"), "must be at least 1")),
             p => u32::try_from(p).map_err(|_| Error::argument(&format!("--{key}"), "too large")),
         }
     };

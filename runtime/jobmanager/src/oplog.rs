@@ -55,6 +55,11 @@ pub enum Event {
         parallelism: u32,
         time_ms: u64,
     },
+    /// The adaptive batch scheduler decided a vertex's parallelism (logged before it takes effect).
+    ParallelismDecided {
+        job_id: String,
+        decision: crate::job::VertexDecision,
+    },
     /// A checkpoint's metadata was written (`checkpoints/{job}/chk-{n}/_metadata`) and the
     /// checkpoint is complete: a restarted JobManager resumes the job from the newest readable
     /// one the log records, never from metadata the log does not record.
@@ -83,6 +88,8 @@ pub struct LoggedJob {
     pub checkpoints: Vec<u64>,
     /// (vertex id, parallelism) by vertex index, as initialized.
     pub vertices: BTreeMap<u32, (String, u32)>,
+    /// Parallelism decided at run time, in log order.
+    pub decisions: Vec<crate::job::VertexDecision>,
 }
 
 impl LoggedJob {
@@ -119,6 +126,7 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
                 checkpoint: None,
                 checkpoints: Vec::new(),
                 vertices: BTreeMap::new(),
+                decisions: Vec::new(),
             }),
             Event::JobStatusChanged {
                 job_id,
@@ -160,6 +168,11 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
             } => {
                 if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
                     j.vertices.insert(*vertex, (id.clone(), *parallelism));
+                }
+            }
+            Event::ParallelismDecided { job_id, decision } => {
+                if let Some(j) = jobs.iter_mut().find(|j| &j.id == job_id) {
+                    j.decisions.push(decision.clone());
                 }
             }
             Event::CheckpointCompleted {
@@ -232,7 +245,7 @@ pub async fn resume(
                 },
             );
         } else {
-            jm.submit_resumed(j.args.clone(), j.id.clone(), j.checkpoints.clone())?;
+            jm.submit_resumed(j.args.clone(), j.id.clone(), j.checkpoints.clone(), &j.decisions)?;
             // Finished executions are reused only for the graph they ran in.
             let now: BTreeMap<u32, (String, u32)> = jm
                 .vertex_parallelism(&j.id)

@@ -110,11 +110,24 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                     })
                 })
                 .collect();
+            // Adaptive batch: decided at run time, and why (Flink shows only the number).
+            let decision = m.decisions().get(&ejv.index.0).map(|d| {
+                json!({
+                    "parallelism": d.parallelism,
+                    "input-bytes": d.input_bytes,
+                    "bytes-per-subtask": d.bytes_per_subtask,
+                    "subpartition-ranges": d.subpartition_ranges.iter().map(|&(s, e)| [s, e]).collect::<Vec<_>>(),
+                    "reason": d.reason,
+                    "time": d.time_ms,
+                })
+            });
             json!({
                 "id": v.id,
                 "name": v.name,
                 "parallelism": v.parallelism,
                 "max-parallelism": v.max_parallelism,
+                "parallelism-decided-at-run-time": g.is_dynamic(ejv.index),
+                "parallelism-decision": decision,
                 "subtasks": subtasks,
             })
         })

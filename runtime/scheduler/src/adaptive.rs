@@ -14,6 +14,9 @@ pub struct AdaptiveBatchParallelismDecider {
     pub min_parallelism: u32,
     pub max_parallelism: u32,
     pub avg_data_volume_per_task: u64,
+    /// A source's parallelism when its input size is unknown, and the upper bound of one inferred
+    /// from its input size; `None`: the max parallelism (Flink 1.19's fallback).
+    pub default_source_parallelism: Option<u32>,
 }
 
 impl Default for AdaptiveBatchParallelismDecider {
@@ -23,6 +26,7 @@ impl Default for AdaptiveBatchParallelismDecider {
             min_parallelism: 1,
             max_parallelism: 128,
             avg_data_volume_per_task: 16 * 1024 * 1024,
+            default_source_parallelism: None,
         }
     }
 }
@@ -31,8 +35,29 @@ impl Default for AdaptiveBatchParallelismDecider {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParallelismDecision {
     pub parallelism: u32,
-    /// For consumer subtask i, the contiguous subpartitions it reads (of every input's producers).
+    /// For consumer subtask i, the contiguous subpartitions it reads (of every input's producers);
+    /// empty for a source.
     pub subpartition_ranges: Vec<Range<u32>>,
+    /// The bytes the decision was made from (`None`: a source of unknown size).
+    pub input_bytes: Option<u64>,
+    /// Why this parallelism, in words: the formula and the bound that applied.
+    pub reason: String,
+}
+
+/// `1.5 MiB`-style sizes for the reasons users read.
+fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 impl AdaptiveBatchParallelismDecider {
@@ -63,6 +88,12 @@ impl AdaptiveBatchParallelismDecider {
     /// there are subpartitions to share. Ranges are contiguous, cover every subpartition once, are
     /// non-empty, and each carries at most total/parallelism plus one subpartition's bytes.
     pub fn decide(&self, bytes_per_subpartition: &[u64]) -> Result<ParallelismDecision> {
+        self.decide_within(bytes_per_subpartition, u32::MAX)
+    }
+
+    /// [`decide`](Self::decide), never above `slots` (the slots the job can use: Floe runs a
+    /// vertex's subtasks side by side, one per slot).
+    pub fn decide_within(&self, bytes_per_subpartition: &[u64], slots: u32) -> Result<ParallelismDecision> {
         self.validate()?;
         let n = bytes_per_subpartition.len() as u64;
         if n == 0 {
@@ -71,14 +102,83 @@ impl AdaptiveBatchParallelismDecider {
             ));
         }
         let total: u64 = bytes_per_subpartition.iter().sum();
-        let wanted = total.div_ceil(self.avg_data_volume_per_task);
-        let parallelism = wanted
-            .clamp(self.min_parallelism as u64, self.max_parallelism as u64)
-            .min(n) as u32;
+        let (parallelism, reason) =
+            self.bounded(total, self.min_parallelism, self.max_parallelism, "max-parallelism", n, slots);
         Ok(ParallelismDecision {
             parallelism,
             subpartition_ranges: balanced_ranges(bytes_per_subpartition, parallelism),
+            input_bytes: Some(total),
+            reason,
         })
+    }
+
+    /// A source's parallelism (Flink's dynamic source parallelism inference): from its input size
+    /// when known, ceil(bytes / avg-data-volume-per-task) within [min-parallelism,
+    /// default-source-parallelism]; else default-source-parallelism. Never above `slots`.
+    pub fn decide_source(&self, input_bytes: Option<u64>, slots: u32) -> Result<ParallelismDecision> {
+        self.validate()?;
+        let (upper, upper_name) = match self.default_source_parallelism {
+            Some(p) => (p, "default-source-parallelism"),
+            None => (self.max_parallelism, "max-parallelism"),
+        };
+        let (parallelism, reason) = match input_bytes {
+            Some(total) => self.bounded(
+                total,
+                self.min_parallelism.min(upper),
+                upper,
+                upper_name,
+                u64::MAX,
+                slots,
+            ),
+            None if upper > slots => (
+                slots.max(1),
+                format!("input size unknown: {upper_name} {upper}, limited to the {slots} slots the job holds"),
+            ),
+            None => (upper, format!("input size unknown: {upper_name} {upper}")),
+        };
+        Ok(ParallelismDecision {
+            parallelism,
+            subpartition_ranges: Vec::new(),
+            input_bytes,
+            reason,
+        })
+    }
+
+    /// ceil(total / avg) clamped to [lower, upper], to `subpartitions` and to `slots`, with the
+    /// reason in words.
+    fn bounded(
+        &self,
+        total: u64,
+        lower: u32,
+        upper: u32,
+        upper_name: &str,
+        subpartitions: u64,
+        slots: u32,
+    ) -> (u32, String) {
+        let wanted = total.div_ceil(self.avg_data_volume_per_task);
+        let formula = format!(
+            "ceil({} / avg-data-volume-per-task {}) = {wanted}",
+            human(total),
+            human(self.avg_data_volume_per_task)
+        );
+        let clamped = wanted.clamp(lower as u64, upper as u64);
+        let mut reason = if clamped > wanted {
+            format!("{formula}, raised to min-parallelism {lower}")
+        } else if clamped < wanted {
+            format!("{formula}, limited to {upper_name} {upper}")
+        } else {
+            formula
+        };
+        let mut parallelism = clamped;
+        if parallelism > subpartitions {
+            parallelism = subpartitions;
+            reason.push_str(&format!(", limited to the {subpartitions} subpartitions to share"));
+        }
+        if parallelism > slots as u64 {
+            parallelism = slots.max(1) as u64;
+            reason.push_str(&format!(", limited to the {slots} slots the job holds"));
+        }
+        (parallelism as u32, reason)
     }
 }
 
@@ -189,6 +289,48 @@ mod tests {
         let decision = d.decide(&[GIB; 4]).unwrap();
         assert_eq!(decision.parallelism, 4);
         assert_eq!(decision.subpartition_ranges, vec![0..1, 1..2, 2..3, 3..4]);
+    }
+
+    #[test]
+    fn reasons_name_the_formula_and_the_bound() {
+        let d = AdaptiveBatchParallelismDecider::default();
+        let decision = d.decide(&vec![100 * MIB / 128; 128]).unwrap();
+        assert_eq!(
+            decision.reason,
+            "ceil(100.0 MiB / avg-data-volume-per-task 16.0 MiB) = 7"
+        );
+        assert_eq!(decision.input_bytes, Some(100 * MIB));
+        let limited = d.decide_within(&vec![100 * MIB / 128; 128], 4).unwrap();
+        assert_eq!(limited.parallelism, 4);
+        assert!(limited.reason.ends_with(", limited to the 4 slots the job holds"), "{}", limited.reason);
+        assert_eq!(
+            d.decide(&[10; 128]).unwrap().reason,
+            "ceil(1.2 KiB / avg-data-volume-per-task 16.0 MiB) = 1"
+        );
+        let small = AdaptiveBatchParallelismDecider {
+            max_parallelism: 2,
+            ..d
+        };
+        assert!(small.decide(&vec![GIB; 128]).unwrap().reason.ends_with("limited to max-parallelism 2"));
+    }
+
+    #[test]
+    fn sources_infer_from_their_input_size_up_to_the_default_source_parallelism() {
+        let d = AdaptiveBatchParallelismDecider {
+            default_source_parallelism: Some(6),
+            ..Default::default()
+        };
+        assert_eq!(d.decide_source(Some(40 * MIB), 100).unwrap().parallelism, 3);
+        let big = d.decide_source(Some(GIB), 100).unwrap();
+        assert_eq!(big.parallelism, 6);
+        assert!(big.reason.ends_with("limited to default-source-parallelism 6"), "{}", big.reason);
+        assert_eq!(d.decide_source(None, 100).unwrap().parallelism, 6);
+        assert_eq!(d.decide_source(None, 2).unwrap().parallelism, 2);
+        assert_eq!(
+            AdaptiveBatchParallelismDecider::default().decide_source(None, 4).unwrap().reason,
+            "input size unknown: max-parallelism 128, limited to the 4 slots the job holds"
+        );
+        assert!(d.decide_source(Some(0), 3).unwrap().parallelism == 1);
     }
 
     #[test]

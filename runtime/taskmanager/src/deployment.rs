@@ -110,12 +110,17 @@ impl TaskManager {
                 args.name, d.graph_fingerprint
             )));
         }
-        let parallelism = built
+        let graph_parallelism = built
             .job_graph()
             .vertices()
             .get(id.vertex as usize)
             .map(|v| v.parallelism)
             .ok_or_else(|| Status::invalid_argument(format!("id.vertex: job has no vertex {}", id.vertex)))?;
+        // Decided at run time (adaptive batch): the JobManager says how many subtasks there are.
+        let parallelism = match d.parallelism {
+            0 => graph_parallelism,
+            p => p,
+        };
         built
             .check_task(
                 id.vertex,

@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use floe_scheduler::adaptive::AdaptiveBatchParallelismDecider;
+
 use crate::error::{Error, Result};
 
 /// Flink's key for how long a job waits for the slots it needs before it fails.
@@ -104,11 +106,58 @@ pub(super) fn checkpoint_config(
     })
 }
 
+/// Flink's keys of the adaptive batch scheduler's parallelism decider.
+pub const ADAPTIVE_PREFIX: &str = "execution.batch.adaptive.auto-parallelism.";
+
+/// The adaptive batch scheduler's decider as the job configures it (Flink's
+/// `execution.batch.adaptive.auto-parallelism.*`: min-parallelism, max-parallelism,
+/// avg-data-volume-per-task, default-source-parallelism), with Flink's defaults.
+pub fn adaptive_decider(conf: &BTreeMap<String, String>) -> Result<AdaptiveBatchParallelismDecider> {
+    let mut d = AdaptiveBatchParallelismDecider::default();
+    let positive = |name: &str| -> Result<Option<u32>> {
+        let key = format!("{ADAPTIVE_PREFIX}{name}");
+        conf.get(&key)
+            .map(|v| match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(Error::Config {
+                    key: key.clone(),
+                    message: format!("expected a positive integer, got {v:?}"),
+                }),
+            })
+            .transpose()
+    };
+    if let Some(n) = positive("min-parallelism")? {
+        d.min_parallelism = n;
+    }
+    if let Some(n) = positive("max-parallelism")? {
+        d.max_parallelism = n;
+    }
+    d.default_source_parallelism = positive("default-source-parallelism")?;
+    let volume_key = format!("{ADAPTIVE_PREFIX}avg-data-volume-per-task");
+    if let Some(v) = conf.get(&volume_key) {
+        d.avg_data_volume_per_task = match floe_datastream::parse_memory_size(&volume_key, v) {
+            Ok(n) if n > 0 => n as u64,
+            _ => {
+                return Err(Error::Config {
+                    key: volume_key,
+                    message: format!("expected a memory size above 0 like \"16 mb\", got {v:?}"),
+                });
+            }
+        };
+    }
+    d.validate().map_err(|e| Error::Config {
+        key: format!("{ADAPTIVE_PREFIX}*"),
+        message: e.to_string(),
+    })?;
+    Ok(d)
+}
+
 /// Checks every key the JobManager reads from a job's configuration (restart strategy,
-/// checkpointing, slot request timeout, heartbeats): what `floe run` runs before it starts a
-/// cluster, and a submission before the job is accepted.
+/// checkpointing, slot request timeout, heartbeats, the adaptive batch decider): what `floe run`
+/// runs before it starts a cluster, and a submission before the job is accepted.
 pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
     RestartStrategy::from_configuration(conf)?;
+    adaptive_decider(conf)?;
     checkpoint_config(conf)?;
     for key in DURATION_KEYS {
         duration_setting(conf, key)?;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use floe_datastream::JobArgs;
 use floe_scheduler::execution_graph::ExecutionVertexId;
-use floe_scheduler::job_graph::DistributionPattern;
 use floe_scheduler::slots::{self, SlotId};
 use floe_scheduler::{
     ExecutionGraph, ExecutionState, JobGraph, JobStatus, PartitionId, PipelinedRegionSchedulingStrategy,
@@ -23,13 +22,15 @@ use crate::checkpoints::{JobCheckpoints, Subsumed};
 use crate::error::{Error, Result};
 use floe_checkpoint::{CompletedCheckpoint, TaskSnapshot};
 
+mod adaptive;
 mod checkpoint;
 mod config;
 mod reports;
 
+pub use adaptive::VertexDecision;
 use config::checkpoint_config;
 pub use config::{
-    RestartStrategy, SLOT_REQUEST_TIMEOUT_KEY, duration_setting, no_resource_available, parse_duration,
+    ADAPTIVE_PREFIX, RestartStrategy, adaptive_decider, SLOT_REQUEST_TIMEOUT_KEY, duration_setting, no_resource_available, parse_duration,
     validate_configuration,
 };
 
@@ -73,6 +74,8 @@ pub struct Deployment {
     pub outputs: Vec<OutputSpec>,
     /// The checkpoint this attempt restores from, and its snapshot in it.
     pub restore: Option<(u64, TaskSnapshot)>,
+    /// Subtasks of its vertex (decided at run time, or the graph's).
+    pub parallelism: u32,
 }
 
 /// What the driver must do after an event.
@@ -100,6 +103,12 @@ pub enum Action {
     /// Every task acknowledged (or finished with its end state): write the metadata, log it, then
     /// [`JobMaster::checkpoint_completed`]. Its completion time is the server's clock.
     CompleteCheckpoint(Box<CompletedCheckpoint>),
+    /// Parallelism decided for vertices of an adaptive batch job: stamp, log, then
+    /// [`JobMaster::apply_decisions`].
+    DecideParallelism {
+        job_id: String,
+        decisions: Vec<VertexDecision>,
+    },
 }
 
 /// Per-subtask counters reported by TaskManagers.
@@ -168,6 +177,15 @@ pub struct JobMaster {
     pub slot_request_timeout: Option<Duration>,
     /// The current attempt whose failure, about to be applied, no restart can fix.
     not_recoverable: Option<AttemptId>,
+    /// Adaptive batch scheduling: the decider, when some vertex's parallelism is decided at run time.
+    decider: Option<floe_scheduler::adaptive::AdaptiveBatchParallelismDecider>,
+    /// Decisions applied, by vertex index.
+    decisions: BTreeMap<u32, VertexDecision>,
+    /// Vertices whose decision is being logged.
+    deciding: std::collections::BTreeSet<u32>,
+    /// Input bytes of sources decided at run time (`None`: unknown), once measured.
+    source_bytes: BTreeMap<u32, Option<u64>>,
+    sources_measured: bool,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -216,7 +234,17 @@ impl JobMaster {
                     message: other.to_string(),
                 },
             })?;
+        let decider = if job_graph.is_adaptive() {
+            job_graph.check_adaptive()?;
+            Some(adaptive_decider(&args.configuration)?)
+        } else {
+            None
+        };
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
+        let sources_measured = !graph
+            .decidable()
+            .iter()
+            .any(|&v| graph.job_graph().inputs(v).is_empty());
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
         let groups = slots::execution_slot_sharing_groups(&graph);
@@ -274,6 +302,11 @@ impl JobMaster {
             slot_waits: 0,
             slot_request_timeout,
             not_recoverable: None,
+            decider,
+            decisions: BTreeMap::new(),
+            deciding: std::collections::BTreeSet::new(),
+            source_bytes: BTreeMap::new(),
+            sources_measured,
         })
     }
 
@@ -281,7 +314,7 @@ impl JobMaster {
     /// one with local partitions once TaskManagers reported them all or the reconnect window closed.
     pub fn ready_to_start(&self, now_ms: u64) -> bool {
         let holders_known = self.awaiting_holders.is_empty() || now_ms >= self.holders_deadline_ms;
-        holders_known && self.checkpoints.as_ref().is_none_or(|c| c.ready)
+        holders_known && self.sources_measured && self.checkpoints.as_ref().is_none_or(|c| c.ready)
     }
 
     /// A TaskManager (re)registered holding these finished partitions: executions the log shows
@@ -384,10 +417,25 @@ impl JobMaster {
             }
             .into());
         }
-        self.slot_of_group = free[..needed].to_vec();
+        // Adaptive batch: the job takes the free slots its decided-at-run-time vertices may use
+        // (up to the decider's max parallelism); their parallelism never exceeds them.
+        let take = match self.decider {
+            Some(d) => free.len().min((d.max_parallelism as usize).max(needed)).max(needed),
+            None => needed,
+        };
+        if take == 0 {
+            return Err(floe_scheduler::Error::NotEnoughSlots {
+                needed: 1,
+                available: 0,
+            }
+            .into());
+        }
+        self.slot_of_group = free[..take].to_vec();
         self.status = self.status.transition(JobStatus::Running)?;
         let deploy = self.strategy.start_scheduling(&self.graph, &self.regions);
-        Ok(self.deploy(&deploy))
+        let mut actions = self.deploy(&deploy);
+        actions.extend(self.propose_decisions());
+        Ok(actions)
     }
 
     /// Total number of subtasks and those whose current attempt finished.
@@ -506,11 +554,7 @@ impl JobMaster {
             .iter()
             .map(|&g| {
                 let group = self.graph.group(g);
-                let result = self.graph.result(group.result);
-                let sub = match result.pattern {
-                    DistributionPattern::AllToAll => v.subtask,
-                    DistributionPattern::Pointwise => v.subtask - group.consumers.start,
-                };
+                let subpartitions = self.graph.consumed_subpartitions(v, g);
                 group
                     .partitions
                     .clone()
@@ -523,7 +567,7 @@ impl JobMaster {
                         InputChannelSpec {
                             partition: id,
                             address,
-                            subpartitions: sub..sub + 1,
+                            subpartitions: subpartitions.clone(),
                         }
                     })
                     .collect()
@@ -533,16 +577,9 @@ impl JobMaster {
             .graph
             .produced_partitions(v)
             .map(|p| {
-                let result = self.graph.result(p.result);
-                let num_subpartitions = match result.pattern {
-                    DistributionPattern::AllToAll => self.graph.job_vertex(result.consumer).parallelism,
-                    DistributionPattern::Pointwise => {
-                        self.graph.group(self.graph.group_of(p)).consumers.len() as u32
-                    }
-                };
                 OutputSpec {
                     partition: self.partition_id(p),
-                    num_subpartitions,
+                    num_subpartitions: self.graph.num_subpartitions(p),
                     kind: self.partition_kind(p.result),
                 }
             })
@@ -557,6 +594,7 @@ impl JobMaster {
                 .checkpoints
                 .as_ref()
                 .and_then(|c| c.restore_of(&self.graph.task_name(v))),
+            parallelism: self.graph.job_vertex(v.vertex).parallelism,
         }
     }
 
@@ -637,10 +675,12 @@ impl JobMaster {
                 let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
                 let mut actions = self.deploy(&next);
                 actions.extend(completed.map(|c| Action::CompleteCheckpoint(Box::new(c))));
-                if self
-                    .graph
-                    .execution_vertices()
-                    .all(|e| e.current.state == ExecutionState::Finished)
+                actions.extend(self.propose_decisions());
+                if self.fully_decided()
+                    && self
+                        .graph
+                        .execution_vertices()
+                        .all(|e| e.current.state == ExecutionState::Finished)
                 {
                     self.status = JobStatus::Finished;
                     actions.extend(self.release());

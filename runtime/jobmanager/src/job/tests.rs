@@ -450,3 +450,157 @@ fn a_failure_no_restart_can_fix_fails_the_job_without_restarting() {
         )
     );
 }
+
+/// An adaptive batch job: source(auto) -hash-> reduce(auto), every exchange blocking.
+fn adaptive_job(conf: &[(&str, &str)]) -> JobMaster {
+    let graph = JobGraph::test()
+        .vertex("source", 0)
+        .vertex("reduce", 0)
+        .edge("source", "reduce", floe_scheduler::Partitioner::Hash)
+        .build()
+        .unwrap()
+        .with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
+    let args = JobArgs {
+        name: "auto".into(),
+        args: Vec::new(),
+        configuration: conf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    };
+    JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap()
+}
+
+fn decisions_of(actions: &[Action]) -> Vec<VertexDecision> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::DecideParallelism { decisions, .. } => Some(decisions.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn finish_with(job: &mut JobMaster, v: ExecutionVertexId, bytes: Vec<u64>) -> Vec<Action> {
+    report(job, v, ExecutionState::Initializing);
+    report(job, v, ExecutionState::Running);
+    let id = job.attempt_id(v);
+    job.on_task_state(
+        &id,
+        ExecutionState::Finished,
+        None,
+        vec![PartitionStats {
+            bytes_per_subpartition: bytes,
+        }],
+        None,
+    )
+}
+
+/// Issue 12, part 1: the source's parallelism from its input size, the reducer's from the bytes
+/// the sources wrote, each proposed (to be logged) before it takes effect; the job finishes only
+/// when every vertex was decided and ran.
+#[test]
+fn adaptive_batch_decides_sources_then_consumers_from_bytes() {
+    const MIB: u64 = 1 << 20;
+    let mut job = adaptive_job(&[(
+        "execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task",
+        "4 mb",
+    )]);
+    assert!(!job.ready_to_start(0), "the source's input size is not known yet");
+    assert_eq!(job.undecided_sources(), vec![0]);
+    job.set_source_bytes([(0, Some(10 * MIB))].into());
+    assert!(job.ready_to_start(0));
+    // Six slots: the job takes them all (its vertices may use up to 128).
+    let actions = job.start(&slots()).unwrap();
+    assert_eq!(job.held_slots().count(), 6);
+    assert!(deployed(&actions, &job).is_empty(), "nothing runs before the source is decided");
+    let source = decisions_of(&actions);
+    assert_eq!(source.len(), 1);
+    assert_eq!(source[0].parallelism, 3, "ceil(10 MiB / 4 MiB)");
+    assert_eq!(
+        source[0].reason,
+        "ceil(10.0 MiB / avg-data-volume-per-task 4.0 MiB) = 3"
+    );
+    // Proposed once while its log append is in flight.
+    assert!(job.propose_decisions().is_none());
+    let actions = job.apply_decisions(&source);
+    assert_eq!(deployed(&actions, &job), ["source#0", "source#1", "source#2"]);
+    assert_eq!(job.progress(), (3, 0));
+
+    // The sources write 128 subpartitions (the reducer's key groups): 24 MiB in all, skewed.
+    let mut bytes = vec![MIB / 8; 128];
+    bytes[5] = 8 * MIB;
+    let per_source: Vec<u64> = bytes.iter().map(|b| b / 3).collect();
+    for k in 0..2 {
+        let actions = finish_with(&mut job, ev(0, k), per_source.clone());
+        assert!(decisions_of(&actions).is_empty(), "one source is still running");
+    }
+    let actions = finish_with(&mut job, ev(0, 2), per_source.clone());
+    assert_eq!(job.status, JobStatus::Running, "the reducer is not decided yet: not finished");
+    let reduce = decisions_of(&actions);
+    let total: u64 = per_source.iter().sum::<u64>() * 3;
+    assert_eq!(reduce[0].input_bytes, Some(total));
+    assert_eq!(reduce[0].parallelism as u64, total.div_ceil(4 * MIB));
+    // No reducer reads more than the average plus the largest subpartition.
+    let largest = per_source.iter().max().unwrap() * 3;
+    for b in &reduce[0].bytes_per_subtask {
+        assert!(*b <= total.div_ceil(reduce[0].parallelism as u64) + largest, "{b}");
+    }
+    let actions = job.apply_decisions(&reduce);
+    let reducers = deployed(&actions, &job);
+    assert_eq!(reducers.len(), reduce[0].parallelism as usize);
+    // Each reducer reads its range of every source's partition.
+    let d = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Deploy { deployment, .. } if deployment.id.vertex == ev(1, 1) => Some(deployment.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let (s, e) = reduce[0].subpartition_ranges[1];
+    assert_eq!(d.parallelism, reduce[0].parallelism);
+    assert_eq!(d.inputs[0].len(), 3);
+    assert!(d.inputs[0].iter().all(|c| c.subpartitions == (s..e)));
+    for k in 0..reduce[0].parallelism {
+        finish(&mut job, ev(1, k));
+    }
+    assert_eq!(job.status, JobStatus::Finished);
+}
+
+/// A JobManager that takes over applies the logged decisions before the job starts: the graph
+/// it runs is the one decided, not one decided again.
+#[test]
+fn logged_decisions_are_kept_by_a_new_jobmaster() {
+    let decision = VertexDecision {
+        vertex: 0,
+        parallelism: 2,
+        subpartition_ranges: Vec::new(),
+        input_bytes: Some(5),
+        bytes_per_subtask: Vec::new(),
+        reason: "logged".into(),
+        time_ms: 7,
+    };
+    let mut job = adaptive_job(&[]);
+    assert!(job.apply_decisions(std::slice::from_ref(&decision)).is_empty(), "not started");
+    assert!(job.undecided_sources().is_empty());
+    assert_eq!(job.graph.job_vertex(floe_scheduler::job_graph::VertexIndex(0)).parallelism, 2);
+    assert_eq!(job.decisions()[&0].time_ms, 7);
+}
+
+#[test]
+fn adaptive_settings_are_checked_naming_the_key() {
+    let graph = JobGraph::test().vertex("source", 0).build().unwrap();
+    let args = JobArgs {
+        name: "auto".into(),
+        args: Vec::new(),
+        configuration: [(
+            "execution.batch.adaptive.auto-parallelism.min-parallelism".to_string(),
+            "none".to_string(),
+        )]
+        .into(),
+    };
+    let e = JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid configuration execution.batch.adaptive.auto-parallelism.min-parallelism: expected a \
+         positive integer, got \"none\""
+    );
+}

@@ -166,6 +166,13 @@ impl JobManager {
                         });
                     }
                 }
+                Action::DecideParallelism { job_id, mut decisions } => {
+                    let now = now_ms();
+                    for d in &mut decisions {
+                        d.time_ms = now;
+                    }
+                    tokio::spawn(async move { this.decide_parallelism(job_id, decisions).await });
+                }
                 Action::RestartAfter {
                     job_id,
                     delay,
@@ -178,6 +185,30 @@ impl JobManager {
                 }
             }
         }
+    }
+
+    /// Logs parallelism decisions, then applies them: a JobManager that takes over keeps them. A
+    /// log write that fails is tried again until it succeeds or this JobManager is fenced.
+    async fn decide_parallelism(&self, job_id: String, decisions: Vec<crate::job::VertexDecision>) {
+        let events: Vec<crate::oplog::Event> = decisions
+            .iter()
+            .map(|d| crate::oplog::Event::ParallelismDecided {
+                job_id: job_id.clone(),
+                decision: d.clone(),
+            })
+            .collect();
+        while let Err(e) = self.log(&events).await {
+            if self.fatal().is_some() {
+                return;
+            }
+            tracing::warn!(job = %job_id, "cannot log the parallelism decisions, retrying: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let actions = match self.state().jobs.get_mut(&job_id) {
+            Some(job) => job.master.apply_decisions(&decisions),
+            None => Vec::new(),
+        };
+        self.perform(actions);
     }
 
     pub(super) fn restart(&self, job_id: &str, vertices: &[floe_scheduler::ExecutionVertexId]) {

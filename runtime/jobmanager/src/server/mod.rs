@@ -267,17 +267,35 @@ impl JobManager {
         self.state()
             .jobs
             .get(job_id)
-            .map_or_else(Vec::new, |j| vertex_parallelism(j.master.graph.job_graph()))
+            .map_or_else(Vec::new, |j| {
+                // As submitted: a parallelism decided at run time is logged apart.
+                let g = &j.master.graph;
+                vertex_parallelism(g.job_graph())
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (id, p))| {
+                        let dynamic = g.is_dynamic(floe_scheduler::job_graph::VertexIndex(i as u32));
+                        (id, if dynamic { 0 } else { p })
+                    })
+                    .collect()
+            })
     }
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
     pub fn submit_with_id(&self, args: JobArgs, id: String) -> Result<String> {
-        self.submit_resumed(args, id, Vec::new())
+        self.submit_resumed(args, id, Vec::new(), &[])
     }
 
     /// [`JobManager::submit_with_id`] of a job the operation log knows, with the checkpoints it
-    /// records as completed: the job restores from the newest of those that reads back.
-    pub fn submit_resumed(&self, args: JobArgs, id: String, vouched_checkpoints: Vec<u64>) -> Result<String> {
+    /// records as completed: the job restores from the newest of those that reads back; and with
+    /// the parallelism decisions it records, which it keeps.
+    pub fn submit_resumed(
+        &self,
+        args: JobArgs,
+        id: String,
+        vouched_checkpoints: Vec<u64>,
+        decisions: &[crate::job::VertexDecision],
+    ) -> Result<String> {
         let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {
             job: args.name.clone(),
             message: e.to_string(),
@@ -287,6 +305,8 @@ impl JobManager {
         let first_attempt = floe_scheduler::execution_graph::first_attempt_of_epoch(self.leader_epoch());
         let mut master = JobMaster::new(id.clone(), args, job_graph, fingerprint, first_attempt)?;
         master.vouched_checkpoints = vouched_checkpoints;
+        master.apply_decisions(decisions);
+        let sources = master.undecided_sources();
         tracing::info!(job = %id, name = %master.args.name, tasks = master.graph.task_count(), "job submitted");
         self.state().jobs.insert(
             id.clone(),
@@ -298,9 +318,43 @@ impl JobManager {
             },
         );
         self.resume_checkpoints(&id);
+        if !sources.is_empty() {
+            self.measure_sources(&id, Arc::new(built), sources);
+        }
         self.try_start_jobs();
         self.fail_unstarted_after_timeout(&id);
         Ok(id)
+    }
+
+    /// Reads the input sizes of sources whose parallelism is decided at run time; the job starts
+    /// once they are known. A size that cannot be read is left unknown: the source task reports why.
+    fn measure_sources(&self, id: &str, built: Arc<floe_datastream::BuiltJob>, sources: Vec<u32>) {
+        let this = self.clone();
+        let id = id.to_string();
+        let job = id.clone();
+        let measure = async move {
+            let mut bytes = BTreeMap::new();
+            for v in sources {
+                let size = match built.source_input_bytes(v).await {
+                    Ok(size) => size,
+                    Err(e) => {
+                        tracing::warn!(job = %id, vertex = v, "cannot read the source's input size: {e}");
+                        None
+                    }
+                };
+                bytes.insert(v, size);
+            }
+            if let Some(job) = this.state().jobs.get_mut(&id) {
+                job.master.set_source_bytes(bytes);
+            }
+            this.try_start_jobs();
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(measure);
+            }
+            Err(_) => tracing::error!(job = %job, "no runtime to measure the sources on"),
+        }
     }
 
     /// Hands executions that finished under an earlier JobManager to a job not started yet. With

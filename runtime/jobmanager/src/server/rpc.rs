@@ -60,6 +60,7 @@ pub(super) fn to_proto(d: &Deployment) -> pb::TaskDeployment {
                 blocking: o.kind != floe_shuffle::PartitionKind::Pipelined,
             })
             .collect(),
+        parallelism: d.parallelism,
     }
 }
 
