@@ -8,87 +8,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `floe jobmanager --job-file` on free ports; returns it with its (rpc, rest) addresses. Its
-/// stderr goes to `log`.
-fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
-    let mut child = Command::new(common::FLOE)
-        .args([
-            "jobmanager",
-            "--rpc-address",
-            "127.0.0.1:0",
-            "--rest-address",
-            "127.0.0.1:0",
-            "--job-file",
-        ])
-        .arg(manifest)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "floe jobmanager listening rpc=127.0.0.1:X rest=127.0.0.1:Y"
-    let field = |k: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .unwrap_or_else(|| {
-                panic!(
-                    "no {k} in {line:?}: {}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                )
-            })
-            .to_string()
-    };
-    let (rpc, rest) = (field("rpc="), field("rest="));
-    (Proc(child), rpc, rest)
-}
-
-fn taskmanager(rpc: &str, slots: u32) -> Proc {
-    Proc(
-        Command::new(common::FLOE)
-            .args(["taskmanager", "--jobmanager", rpc, "--slots", &slots.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// The only job a JobManager lists, with its details, once `pred` holds.
-fn wait_job(rest: &str, timeout: Duration, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let (_, list) = common::http("GET", rest, "/jobs");
-        if let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str()) {
-            let (_, job) = common::http("GET", rest, &format!("/jobs/{id}"));
-            if pred(&job) {
-                return job;
-            }
-        }
-        assert!(
-            started.elapsed() < timeout,
-            "job not as expected after {timeout:?}: {list}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use common::processes::{Proc, jobmanager, taskmanager, wait_job};
 
 fn manifest(dir: &Path, input: &Path, output: &Path) -> PathBuf {
     let path = dir.join("job.yaml");
@@ -494,6 +418,89 @@ fn jobmanager_killed_after_the_first_stage(remote: bool) {
             .any(|e| e["event"] == "job_status_changed" && e["status"] == "FINISHED"),
         "the end is logged before floe run hears of it: {second:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 12: an adaptive batch job's JobManager dies (SIGKILL) after it decided the reducer's
+/// parallelism from the bytes the first stages wrote; the JobManager `floe run` starts again
+/// keeps the logged decision (same parallelism, same decision time, none logged again) instead
+/// of deciding anew, and the output is exact.
+#[test]
+fn a_restarted_jobmanager_keeps_the_parallelism_its_predecessor_decided() {
+    let dir = common::scratch("run-jm-kill-adaptive");
+    let work = dir.join("work");
+    let output = dir.join("out");
+    let records = 40_000;
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"40000\", \"--sink-delay-us\", \"300\"]\n    parallelism: auto\n    mode: batch\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration:\n    execution.batch.adaptive.auto-parallelism.default-source-parallelism: \"2\"\n    execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task: \"64 kb\"\n    execution.batch.adaptive.auto-parallelism.max-parallelism: \"32\"\n    shuffle.remote.enabled: \"true\"\n",
+            output.display()
+        ),
+    )
+    .unwrap();
+    let (run, stderr, rest) = start_floe_run(&dir, &manifest, &work);
+    // The reducer (vertex 2) is decided and the job goes on: kill the JobManager now.
+    let decided = wait_job(&rest, Duration::from_secs(60), |j| {
+        !j["vertices"][2]["parallelism-decision"].is_null()
+            || j["state"] != "RUNNING" && j["state"] != "CREATED"
+    });
+    assert_eq!(
+        decided["state"], "RUNNING",
+        "the job must still run when the JobManager dies: {decided}"
+    );
+    let decision = decided["vertices"][2]["parallelism-decision"].clone();
+    let parallelism = decision["parallelism"].as_u64().unwrap();
+    assert!(
+        parallelism >= 2,
+        "64 KiB per task over the generator's words: {decision}"
+    );
+    assert_eq!(decided["vertices"][2]["parallelism"], parallelism);
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    let killed_pid = kill_jobmanager(&work);
+
+    let started = Instant::now();
+    let resumed = loop {
+        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
+            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
+            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
+            && let Some((_, job)) = common::try_http("GET", &rest, &format!("/jobs/{id}"))
+            && job["vertices"].is_array()
+        {
+            break job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no restarted JobManager"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(resumed["jid"], decided["jid"]);
+    assert_eq!(
+        resumed["vertices"][2]["parallelism-decision"], decision,
+        "the logged decision is kept"
+    );
+    assert_eq!(resumed["vertices"][2]["parallelism"], parallelism);
+    assert_eq!(
+        resumed["vertices"][2]["subtasks"].as_array().unwrap().len() as u64,
+        parallelism
+    );
+
+    finished_run(run, &stderr);
+    common::assert_batch_output(&output, &common::pipeline_reference(42, records));
+    // Epoch 1 logged the decisions; epoch 2 logged none (it decided nothing again).
+    let job_dir = work.join("storage/default/pipeline");
+    let decisions = |events: &[serde_json::Value]| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e["event"] == "parallelism_decided")
+            .map(|e| e["decision"]["vertex"].as_u64().unwrap())
+            .collect()
+    };
+    let first = decisions(&epoch_events(&job_dir, 1));
+    assert!(first.contains(&0) && first.contains(&2), "{first:?}");
+    assert_eq!(decisions(&epoch_events(&job_dir, 2)), Vec::<u64>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

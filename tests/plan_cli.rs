@@ -97,6 +97,31 @@ fn text_format_is_readable() {
     assert!(text.contains("taskmanager 0 slot 3: source#3, map#3\n"), "{text}");
 }
 
+/// `parallelism: auto`: the plan shows what is decided at run time, and refuses a pipelined
+/// all-to-all input (the adaptive batch scheduler needs it blocking).
+#[test]
+fn auto_parallelism_is_decided_at_run_time() {
+    let out = floe(&["plan", "-f", "examples/wordcount-auto.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("parallelism decided at run time  max    32"),
+        "{text}"
+    );
+    assert!(text.starts_with("Plan: 2 vertices, 0 tasks"), "{text}");
+    fails_with(
+        &[
+            "plan",
+            "-f",
+            "examples/wordcount-auto.yaml",
+            "--shuffle-mode",
+            "ALL_EXCHANGES_PIPELINED",
+        ],
+        "vertex 'reduce': its parallelism is decided at run time from its inputs' size, so edge \
+         source->reduce must be blocking",
+    );
+}
+
 fn fails_with(args: &[&str], needle: &str) {
     let out = floe(args);
     let err = String::from_utf8_lossy(&out.stderr);

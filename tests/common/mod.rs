@@ -258,3 +258,4 @@ pub fn local_cluster(
 
 pub mod images;
 pub mod netns;
+pub mod processes;

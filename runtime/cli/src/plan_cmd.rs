@@ -39,6 +39,8 @@ pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::
         floe_datastream::RuntimeMode::Streaming => "STREAMING (all exchanges pipelined)",
         _ => mode.name(),
     };
+    // A parallelism decided at run time needs blocking inputs (the JobManager refuses it too).
+    built.job_graph().check_adaptive()?;
     Ok(ManifestJob {
         graph: built.job_graph().clone(),
         mode,

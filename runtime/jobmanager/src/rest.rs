@@ -116,6 +116,7 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                     "parallelism": d.parallelism,
                     "input-bytes": d.input_bytes,
                     "bytes-per-subtask": d.bytes_per_subtask,
+                    "largest-subpartition-bytes": d.largest_subpartition_bytes,
                     "subpartition-ranges": d.subpartition_ranges.iter().map(|&(s, e)| [s, e]).collect::<Vec<_>>(),
                     "reason": d.reason,
                     "time": d.time_ms,

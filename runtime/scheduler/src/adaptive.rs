@@ -102,8 +102,14 @@ impl AdaptiveBatchParallelismDecider {
             ));
         }
         let total: u64 = bytes_per_subpartition.iter().sum();
-        let (parallelism, reason) =
-            self.bounded(total, self.min_parallelism, self.max_parallelism, "max-parallelism", n, slots);
+        let (parallelism, reason) = self.bounded(
+            total,
+            self.min_parallelism,
+            self.max_parallelism,
+            "max-parallelism",
+            n,
+            slots,
+        );
         Ok(ParallelismDecision {
             parallelism,
             subpartition_ranges: balanced_ranges(bytes_per_subpartition, parallelism),
@@ -132,7 +138,9 @@ impl AdaptiveBatchParallelismDecider {
             ),
             None if upper > slots => (
                 slots.max(1),
-                format!("input size unknown: {upper_name} {upper}, limited to the {slots} slots the job holds"),
+                format!(
+                    "input size unknown: {upper_name} {upper}, limited to the {slots} slots the job holds"
+                ),
             ),
             None => (upper, format!("input size unknown: {upper_name} {upper}")),
         };
@@ -172,7 +180,9 @@ impl AdaptiveBatchParallelismDecider {
         let mut parallelism = clamped;
         if parallelism > subpartitions {
             parallelism = subpartitions;
-            reason.push_str(&format!(", limited to the {subpartitions} subpartitions to share"));
+            reason.push_str(&format!(
+                ", limited to the {subpartitions} subpartitions to share"
+            ));
         }
         if parallelism > slots as u64 {
             parallelism = slots.max(1) as u64;
@@ -182,39 +192,38 @@ impl AdaptiveBatchParallelismDecider {
     }
 }
 
-/// Splits `bytes` into `parts` contiguous non-empty ranges: range k ends where the running sum first
-/// reaches k/parts of the total (by count when everything is empty).
+/// Splits `bytes` into `parts` contiguous non-empty ranges: range k ends at the boundary whose
+/// running sum is closest to k/parts of the total (by count when everything is empty). Closest,
+/// not first reached: a hot subpartition then gets a range of its own instead of being added to
+/// a range that was already nearly full. Each range holds at most total/parts plus the largest
+/// subpartition.
 pub fn balanced_ranges(bytes: &[u64], parts: u32) -> Vec<Range<u32>> {
     let n = bytes.len();
     let parts = (parts as usize).clamp(1, n.max(1));
-    let total: u128 = bytes.iter().map(|&b| b as u128).sum();
+    let mut prefix = Vec::with_capacity(n + 1);
+    prefix.push(0u128);
+    for &b in bytes {
+        prefix.push(prefix[prefix.len() - 1] + b as u128);
+    }
+    let total = prefix[n];
     let mut ranges = Vec::with_capacity(parts);
     let mut start = 0usize;
-    let mut prefix: u128 = 0;
-    let mut i = 0usize;
     for k in 1..parts {
-        // Leave at least one subpartition for each remaining range.
-        let last_allowed_end = n - (parts - k);
-        let mut end = start + 1;
-        if total == 0 {
-            end = end.max(k * n / parts);
+        // At least one subpartition here and one for each range after this one.
+        let (lowest, highest) = (start + 1, n - (parts - k));
+        let end = if total == 0 {
+            (k * n / parts).clamp(lowest, highest)
         } else {
             let target = total * k as u128 / parts as u128;
-            while i < end {
-                prefix += bytes[i] as u128;
-                i += 1;
+            // The first boundary at or past the target, and the one before it.
+            let first = prefix.partition_point(|&p| p < target).clamp(lowest, highest);
+            let before = first.saturating_sub(1).max(lowest);
+            if target.abs_diff(prefix[before]) <= prefix[first].abs_diff(target) {
+                before
+            } else {
+                first
             }
-            while end < last_allowed_end && prefix < target {
-                prefix += bytes[i] as u128;
-                i += 1;
-                end += 1;
-            }
-        }
-        let end = end.min(last_allowed_end);
-        while i < end {
-            prefix += bytes[i] as u128;
-            i += 1;
-        }
+        };
         ranges.push(start as u32..end as u32);
         start = end;
     }
@@ -302,7 +311,11 @@ mod tests {
         assert_eq!(decision.input_bytes, Some(100 * MIB));
         let limited = d.decide_within(&vec![100 * MIB / 128; 128], 4).unwrap();
         assert_eq!(limited.parallelism, 4);
-        assert!(limited.reason.ends_with(", limited to the 4 slots the job holds"), "{}", limited.reason);
+        assert!(
+            limited.reason.ends_with(", limited to the 4 slots the job holds"),
+            "{}",
+            limited.reason
+        );
         assert_eq!(
             d.decide(&[10; 128]).unwrap().reason,
             "ceil(1.2 KiB / avg-data-volume-per-task 16.0 MiB) = 1"
@@ -311,7 +324,13 @@ mod tests {
             max_parallelism: 2,
             ..d
         };
-        assert!(small.decide(&vec![GIB; 128]).unwrap().reason.ends_with("limited to max-parallelism 2"));
+        assert!(
+            small
+                .decide(&vec![GIB; 128])
+                .unwrap()
+                .reason
+                .ends_with("limited to max-parallelism 2")
+        );
     }
 
     #[test]
@@ -323,14 +342,44 @@ mod tests {
         assert_eq!(d.decide_source(Some(40 * MIB), 100).unwrap().parallelism, 3);
         let big = d.decide_source(Some(GIB), 100).unwrap();
         assert_eq!(big.parallelism, 6);
-        assert!(big.reason.ends_with("limited to default-source-parallelism 6"), "{}", big.reason);
+        assert!(
+            big.reason.ends_with("limited to default-source-parallelism 6"),
+            "{}",
+            big.reason
+        );
         assert_eq!(d.decide_source(None, 100).unwrap().parallelism, 6);
         assert_eq!(d.decide_source(None, 2).unwrap().parallelism, 2);
         assert_eq!(
-            AdaptiveBatchParallelismDecider::default().decide_source(None, 4).unwrap().reason,
+            AdaptiveBatchParallelismDecider::default()
+                .decide_source(None, 4)
+                .unwrap()
+                .reason,
             "input size unknown: max-parallelism 128, limited to the 4 slots the job holds"
         );
         assert!(d.decide_source(Some(0), 3).unwrap().parallelism == 1);
+    }
+
+    #[test]
+    fn a_hot_subpartition_gets_a_range_of_its_own() {
+        // Half of everything in subpartition 5 of 16: the first range stops before it.
+        let mut bytes = vec![10u64; 16];
+        bytes[5] = 150;
+        let ranges = balanced_ranges(&bytes, 3);
+        assert_eq!(ranges, vec![0..5, 5..6, 6..16]);
+        check_ranges(&bytes, &ranges);
+        // Random skews keep the bound.
+        let mut x = 7u64;
+        for parts in 1..20u32 {
+            let bytes: Vec<u64> = (0..64)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (x >> 33) % if x % 5 == 0 { 100_000 } else { 100 }
+                })
+                .collect();
+            check_ranges(&bytes, &balanced_ranges(&bytes, parts));
+        }
     }
 
     #[test]

@@ -493,7 +493,6 @@ impl ExecutionGraph {
         self.result(partition.result).partitions[partition.partition as usize].group
     }
 
-
     /// A subtask not started yet takes over attempt number `attempt`: one that finished under an
     /// earlier JobManager, whose partitions are named by it.
     pub fn restore_attempt(&mut self, id: ExecutionVertexId, attempt: u64) -> Result<()> {
@@ -806,7 +805,13 @@ mod adaptive_tests {
         let source = g.execution_vertex(ExecutionVertexId::new(0, 1)).unwrap();
         assert_eq!(source.current.state, ExecutionState::Finished);
         assert_eq!(source.current.attempt, 5);
-        assert_eq!(g.execution_vertex(ExecutionVertexId::new(1, 2)).unwrap().current.attempt, 5);
+        assert_eq!(
+            g.execution_vertex(ExecutionVertexId::new(1, 2))
+                .unwrap()
+                .current
+                .attempt,
+            5
+        );
         let r1 = ExecutionVertexId::new(1, 1);
         let group = g.execution_vertex(r1).unwrap().consumed[0];
         assert_eq!(g.group(group).partitions, 0..2);

@@ -29,24 +29,37 @@ pub struct VertexDecision {
     /// Per subtask, the bytes its range holds (empty for a source).
     #[serde(default)]
     pub bytes_per_subtask: Vec<u64>,
+    /// The largest single subpartition index's bytes: no subtask's share exceeds the average by
+    /// more than this.
+    #[serde(default)]
+    pub largest_subpartition_bytes: u64,
     pub reason: String,
     pub time_ms: u64,
 }
 
 impl JobMaster {
     /// The vertices whose parallelism can be decided now, as one action (`None`: nothing to decide,
-    /// or the job is not adaptive). Sources wait until their input sizes are known.
-    pub(super) fn propose_decisions(&mut self) -> Option<Action> {
+    /// or the job is not adaptive). Sources wait until their input sizes are known. A decision may
+    /// use the job's slots and the `free` ones; the free slots it needs are taken at once.
+    pub fn propose_decisions(&mut self, free: &[SlotRef]) -> Option<Action> {
         let decider = self.decider?;
         if self.status != JobStatus::Running {
             return None;
         }
         let mut decisions = Vec::new();
+        let spare_slots: Vec<SlotRef> = free
+            .iter()
+            .filter(|s| !self.slot_of_group.contains(s))
+            .cloned()
+            .collect();
+        let mut spare_left = spare_slots.len() as u32;
+        let mut spare = spare_slots.into_iter();
         for v in self.graph.decidable() {
             if self.deciding.contains(&v.0) {
                 continue;
             }
-            let slots = self.slots_for(v);
+            let have = self.slots_for(v);
+            let slots = have + spare_left;
             let inputs = self.graph.job_graph().inputs(v).to_vec();
             let decision = if inputs.is_empty() {
                 let Some(bytes) = self.source_bytes.get(&v.0) else {
@@ -73,6 +86,14 @@ impl JobMaster {
                     .map(|r| bytes[r.start as usize..r.end as usize].iter().sum())
                     .collect()
             };
+            let largest_subpartition_bytes = bytes.iter().copied().max().unwrap_or(0);
+            // Held from now on, so nothing else takes them before the decision applies.
+            for _ in have..decision.parallelism {
+                if let Some(slot) = spare.next() {
+                    self.slot_of_group.push(slot);
+                    spare_left -= 1;
+                }
+            }
             self.deciding.insert(v.0);
             decisions.push(VertexDecision {
                 vertex: v.0,
@@ -84,6 +105,11 @@ impl JobMaster {
                     .collect(),
                 input_bytes: decision.input_bytes,
                 bytes_per_subtask,
+                largest_subpartition_bytes: if inputs.is_empty() {
+                    0
+                } else {
+                    largest_subpartition_bytes
+                },
                 reason: decision.reason,
                 // Stamped by the driver, which has the clock.
                 time_ms: 0,
@@ -96,7 +122,9 @@ impl JobMaster {
     }
 
     /// Slots a vertex of its slot sharing group may use: the job's slots less those the other
-    /// slot sharing groups take.
+    /// slot sharing groups take. (Slots are added at the end of the job's list: a job whose
+    /// vertices decided at run time are all in one slot sharing group, as every DataStream job
+    /// is, keeps each group's slot.)
     fn slots_for(&self, v: VertexIndex) -> u32 {
         let group = &self.graph.job_graph().vertex(v).slot_sharing_group;
         let others = slots::execution_slot_sharing_groups(&self.graph)
@@ -136,7 +164,12 @@ impl JobMaster {
             .execution_vertices()
             .map(|e| {
                 let g = self.graph.global_index(e.id);
-                (e.id, self.location[g].clone(), self.counters[g], self.group_of_task[g])
+                (
+                    e.id,
+                    self.location[g].clone(),
+                    self.counters[g],
+                    self.group_of_task[g],
+                )
             })
             .collect();
         let mut changed = false;
@@ -146,15 +179,17 @@ impl JobMaster {
             if self.graph.job_graph().vertices().len() <= d.vertex as usize || self.graph.is_decided(v) {
                 continue;
             }
-            let ranges =
-                (!d.subpartition_ranges.is_empty()).then(|| d.subpartition_ranges.iter().map(|&(s, e)| s..e).collect());
+            let ranges = (!d.subpartition_ranges.is_empty())
+                .then(|| d.subpartition_ranges.iter().map(|&(s, e)| s..e).collect());
             match self.graph.decide(v, d.parallelism, ranges) {
                 Ok(()) => {
                     tracing::info!(job = %self.id, vertex = %self.graph.job_graph().vertex(v).id, parallelism = d.parallelism, "parallelism decided: {}", d.reason);
                     self.decisions.insert(d.vertex, d.clone());
                     changed = true;
                 }
-                Err(e) => tracing::error!(job = %self.id, "cannot apply the decision for vertex {}: {e}", d.vertex),
+                Err(e) => {
+                    tracing::error!(job = %self.id, "cannot apply the decision for vertex {}: {e}", d.vertex)
+                }
             }
         }
         if !changed {
@@ -190,16 +225,13 @@ impl JobMaster {
             }
         }
         let ready = self.strategy.schedule_ready_regions(&self.graph, &self.regions);
-        let mut actions = self.deploy(&ready);
-        actions.extend(self.propose_decisions());
-        actions
+        self.deploy(&ready)
     }
 
     /// Input sizes of the sources decided at run time, measured by the JobManager (`None`: not a
     /// file source, or its size could not be read: the source task reports why).
     pub fn set_source_bytes(&mut self, bytes: BTreeMap<u32, Option<u64>>) {
-        self.source_bytes = bytes;
-        self.sources_measured = true;
+        self.source_bytes.extend(bytes);
     }
 
     /// Sources whose parallelism is decided at run time and not decided yet.

@@ -30,8 +30,8 @@ mod reports;
 pub use adaptive::VertexDecision;
 use config::checkpoint_config;
 pub use config::{
-    ADAPTIVE_PREFIX, RestartStrategy, adaptive_decider, SLOT_REQUEST_TIMEOUT_KEY, duration_setting, no_resource_available, parse_duration,
-    validate_configuration,
+    ADAPTIVE_PREFIX, RestartStrategy, SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, duration_setting,
+    no_resource_available, parse_duration, validate_configuration,
 };
 
 /// How long a restart waits for slots when a lost TaskManager left none (Flink's
@@ -185,7 +185,6 @@ pub struct JobMaster {
     deciding: std::collections::BTreeSet<u32>,
     /// Input bytes of sources decided at run time (`None`: unknown), once measured.
     source_bytes: BTreeMap<u32, Option<u64>>,
-    sources_measured: bool,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -241,10 +240,6 @@ impl JobMaster {
             None
         };
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
-        let sources_measured = !graph
-            .decidable()
-            .iter()
-            .any(|&v| graph.job_graph().inputs(v).is_empty());
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
         let groups = slots::execution_slot_sharing_groups(&graph);
@@ -306,7 +301,6 @@ impl JobMaster {
             decisions: BTreeMap::new(),
             deciding: std::collections::BTreeSet::new(),
             source_bytes: BTreeMap::new(),
-            sources_measured,
         })
     }
 
@@ -314,7 +308,11 @@ impl JobMaster {
     /// one with local partitions once TaskManagers reported them all or the reconnect window closed.
     pub fn ready_to_start(&self, now_ms: u64) -> bool {
         let holders_known = self.awaiting_holders.is_empty() || now_ms >= self.holders_deadline_ms;
-        holders_known && self.sources_measured && self.checkpoints.as_ref().is_none_or(|c| c.ready)
+        let sources_measured = self
+            .undecided_sources()
+            .iter()
+            .all(|v| self.source_bytes.contains_key(v));
+        holders_known && sources_measured && self.checkpoints.as_ref().is_none_or(|c| c.ready)
     }
 
     /// A TaskManager (re)registered holding these finished partitions: executions the log shows
@@ -417,13 +415,13 @@ impl JobMaster {
             }
             .into());
         }
-        // Adaptive batch: the job takes the free slots its decided-at-run-time vertices may use
-        // (up to the decider's max parallelism); their parallelism never exceeds them.
+        // Adaptive batch: a job whose every vertex is decided at run time starts on one slot and
+        // takes more as its decisions need them (never more than it can hold).
         let take = match self.decider {
-            Some(d) => free.len().min((d.max_parallelism as usize).max(needed)).max(needed),
+            Some(_) => needed.max(1),
             None => needed,
         };
-        if take == 0 {
+        if take > free.len() {
             return Err(floe_scheduler::Error::NotEnoughSlots {
                 needed: 1,
                 available: 0,
@@ -434,7 +432,7 @@ impl JobMaster {
         self.status = self.status.transition(JobStatus::Running)?;
         let deploy = self.strategy.start_scheduling(&self.graph, &self.regions);
         let mut actions = self.deploy(&deploy);
-        actions.extend(self.propose_decisions());
+        actions.extend(self.propose_decisions(&free[take..]));
         Ok(actions)
     }
 
@@ -576,12 +574,10 @@ impl JobMaster {
         let outputs = self
             .graph
             .produced_partitions(v)
-            .map(|p| {
-                OutputSpec {
-                    partition: self.partition_id(p),
-                    num_subpartitions: self.graph.num_subpartitions(p),
-                    kind: self.partition_kind(p.result),
-                }
+            .map(|p| OutputSpec {
+                partition: self.partition_id(p),
+                num_subpartitions: self.graph.num_subpartitions(p),
+                kind: self.partition_kind(p.result),
             })
             .collect();
         Deployment {
@@ -675,7 +671,6 @@ impl JobMaster {
                 let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
                 let mut actions = self.deploy(&next);
                 actions.extend(completed.map(|c| Action::CompleteCheckpoint(Box::new(c))));
-                actions.extend(self.propose_decisions());
                 if self.fully_decided()
                     && self
                         .graph

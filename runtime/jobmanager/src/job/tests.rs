@@ -508,10 +508,13 @@ fn adaptive_batch_decides_sources_then_consumers_from_bytes() {
     assert_eq!(job.undecided_sources(), vec![0]);
     job.set_source_bytes([(0, Some(10 * MIB))].into());
     assert!(job.ready_to_start(0));
-    // Six slots: the job takes them all (its vertices may use up to 128).
+    // Six free slots: the job starts on one and takes two more for the source's three subtasks.
     let actions = job.start(&slots()).unwrap();
-    assert_eq!(job.held_slots().count(), 6);
-    assert!(deployed(&actions, &job).is_empty(), "nothing runs before the source is decided");
+    assert_eq!(job.held_slots().count(), 3);
+    assert!(
+        deployed(&actions, &job).is_empty(),
+        "nothing runs before the source is decided"
+    );
     let source = decisions_of(&actions);
     assert_eq!(source.len(), 1);
     assert_eq!(source[0].parallelism, 3, "ceil(10 MiB / 4 MiB)");
@@ -520,7 +523,7 @@ fn adaptive_batch_decides_sources_then_consumers_from_bytes() {
         "ceil(10.0 MiB / avg-data-volume-per-task 4.0 MiB) = 3"
     );
     // Proposed once while its log append is in flight.
-    assert!(job.propose_decisions().is_none());
+    assert!(job.propose_decisions(&slots()).is_none());
     let actions = job.apply_decisions(&source);
     assert_eq!(deployed(&actions, &job), ["source#0", "source#1", "source#2"]);
     assert_eq!(job.progress(), (3, 0));
@@ -529,20 +532,39 @@ fn adaptive_batch_decides_sources_then_consumers_from_bytes() {
     let mut bytes = vec![MIB / 8; 128];
     bytes[5] = 8 * MIB;
     let per_source: Vec<u64> = bytes.iter().map(|b| b / 3).collect();
+    let free = |job: &JobMaster| -> Vec<SlotRef> {
+        slots()
+            .into_iter()
+            .filter(|s| !job.held_slots().any(|h| h == s))
+            .collect()
+    };
     for k in 0..2 {
-        let actions = finish_with(&mut job, ev(0, k), per_source.clone());
-        assert!(decisions_of(&actions).is_empty(), "one source is still running");
+        finish_with(&mut job, ev(0, k), per_source.clone());
+        assert!(
+            job.propose_decisions(&free(&job)).is_none(),
+            "one source is still running"
+        );
     }
-    let actions = finish_with(&mut job, ev(0, 2), per_source.clone());
-    assert_eq!(job.status, JobStatus::Running, "the reducer is not decided yet: not finished");
-    let reduce = decisions_of(&actions);
+    finish_with(&mut job, ev(0, 2), per_source.clone());
+    assert_eq!(
+        job.status,
+        JobStatus::Running,
+        "the reducer is not decided yet: not finished"
+    );
+    let reduce = decisions_of(&job.propose_decisions(&free(&job)).into_iter().collect::<Vec<_>>());
+    // 24 MiB at 4 MiB per task wants 6 subtasks: the job takes the other three free slots.
+    assert_eq!(job.held_slots().count(), 6);
     let total: u64 = per_source.iter().sum::<u64>() * 3;
     assert_eq!(reduce[0].input_bytes, Some(total));
     assert_eq!(reduce[0].parallelism as u64, total.div_ceil(4 * MIB));
     // No reducer reads more than the average plus the largest subpartition.
     let largest = per_source.iter().max().unwrap() * 3;
+    assert_eq!(reduce[0].largest_subpartition_bytes, largest);
     for b in &reduce[0].bytes_per_subtask {
-        assert!(*b <= total.div_ceil(reduce[0].parallelism as u64) + largest, "{b}");
+        assert!(
+            *b <= total.div_ceil(reduce[0].parallelism as u64) + largest,
+            "{b}"
+        );
     }
     let actions = job.apply_decisions(&reduce);
     let reducers = deployed(&actions, &job);
@@ -575,13 +597,23 @@ fn logged_decisions_are_kept_by_a_new_jobmaster() {
         subpartition_ranges: Vec::new(),
         input_bytes: Some(5),
         bytes_per_subtask: Vec::new(),
+        largest_subpartition_bytes: 0,
         reason: "logged".into(),
         time_ms: 7,
     };
     let mut job = adaptive_job(&[]);
-    assert!(job.apply_decisions(std::slice::from_ref(&decision)).is_empty(), "not started");
+    assert!(
+        job.apply_decisions(std::slice::from_ref(&decision)).is_empty(),
+        "not started"
+    );
     assert!(job.undecided_sources().is_empty());
-    assert_eq!(job.graph.job_vertex(floe_scheduler::job_graph::VertexIndex(0)).parallelism, 2);
+    assert!(job.ready_to_start(0), "no source left to measure");
+    assert_eq!(
+        job.graph
+            .job_vertex(floe_scheduler::job_graph::VertexIndex(0))
+            .parallelism,
+        2
+    );
     assert_eq!(job.decisions()[&0].time_ms, 7);
 }
 

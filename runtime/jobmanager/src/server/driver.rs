@@ -166,7 +166,10 @@ impl JobManager {
                         });
                     }
                 }
-                Action::DecideParallelism { job_id, mut decisions } => {
+                Action::DecideParallelism {
+                    job_id,
+                    mut decisions,
+                } => {
                     let now = now_ms();
                     for d in &mut decisions {
                         d.time_ms = now;
@@ -209,6 +212,9 @@ impl JobManager {
             None => Vec::new(),
         };
         self.perform(actions);
+        // A vertex following a pointwise input, or one whose inputs were restored finished, may be
+        // decidable at once.
+        self.propose_decisions(&job_id);
     }
 
     pub(super) fn restart(&self, job_id: &str, vertices: &[floe_scheduler::ExecutionVertexId]) {

@@ -264,21 +264,18 @@ impl JobManager {
 
     /// Each vertex's id and parallelism in a submitted job's graph.
     pub fn vertex_parallelism(&self, job_id: &str) -> Vec<(String, u32)> {
-        self.state()
-            .jobs
-            .get(job_id)
-            .map_or_else(Vec::new, |j| {
-                // As submitted: a parallelism decided at run time is logged apart.
-                let g = &j.master.graph;
-                vertex_parallelism(g.job_graph())
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (id, p))| {
-                        let dynamic = g.is_dynamic(floe_scheduler::job_graph::VertexIndex(i as u32));
-                        (id, if dynamic { 0 } else { p })
-                    })
-                    .collect()
-            })
+        self.state().jobs.get(job_id).map_or_else(Vec::new, |j| {
+            // As submitted: a parallelism decided at run time is logged apart.
+            let g = &j.master.graph;
+            vertex_parallelism(g.job_graph())
+                .into_iter()
+                .enumerate()
+                .map(|(i, (id, p))| {
+                    let dynamic = g.is_dynamic(floe_scheduler::job_graph::VertexIndex(i as u32));
+                    (id, if dynamic { 0 } else { p })
+                })
+                .collect()
+        })
     }
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
@@ -424,6 +421,22 @@ impl JobManager {
             None => Vec::new(),
         };
         self.perform(actions);
+        if state == ExecutionState::Finished {
+            self.propose_decisions(&id.job_id);
+        }
+    }
+
+    /// Adaptive batch: decides what the job's finished executions allow, with the free slots.
+    pub(crate) fn propose_decisions(&self, job_id: &str) {
+        let action = {
+            let mut state = self.state();
+            let free = Self::free_slots(&state);
+            state
+                .jobs
+                .get_mut(job_id)
+                .and_then(|job| job.master.propose_decisions(&free))
+        };
+        self.perform(action.into_iter().collect());
     }
 
     /// A TaskManager's report of an execution's state (an RPC of its own, or a final state carried

@@ -1,0 +1,88 @@
+//! JobManager and TaskManager processes a test starts itself (application mode, REST polled).
+#![allow(clippy::unwrap_used)] // a panic is the failure report
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed on drop.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `floe jobmanager --job-file` on free ports; returns it with its (rpc, rest) addresses. Its
+/// stderr goes to `log`.
+pub fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
+    let mut child = Command::new(super::FLOE)
+        .args([
+            "jobmanager",
+            "--rpc-address",
+            "127.0.0.1:0",
+            "--rest-address",
+            "127.0.0.1:0",
+            "--job-file",
+        ])
+        .arg(manifest)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "floe jobmanager listening rpc=127.0.0.1:X rest=127.0.0.1:Y"
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no {k} in {line:?}: {}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            })
+            .to_string()
+    };
+    let (rpc, rest) = (field("rpc="), field("rest="));
+    (Proc(child), rpc, rest)
+}
+
+pub fn taskmanager(rpc: &str, slots: u32) -> Proc {
+    Proc(
+        Command::new(super::FLOE)
+            .args(["taskmanager", "--jobmanager", rpc, "--slots", &slots.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The only job a JobManager lists, with its details, once `pred` holds.
+pub fn wait_job(
+    rest: &str,
+    timeout: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let (_, list) = super::http("GET", rest, "/jobs");
+        if let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str()) {
+            let (_, job) = super::http("GET", rest, &format!("/jobs/{id}"));
+            if pred(&job) {
+                return job;
+            }
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "job not as expected after {timeout:?}: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
