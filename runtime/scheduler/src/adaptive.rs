@@ -375,7 +375,7 @@ mod tests {
                     x = x
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
-                    (x >> 33) % if x % 5 == 0 { 100_000 } else { 100 }
+                    (x >> 33) % if x.is_multiple_of(5) { 100_000 } else { 100 }
                 })
                 .collect();
             check_ranges(&bytes, &balanced_ranges(&bytes, parts));
