@@ -8,12 +8,14 @@
 //! task is not asked again, its last snapshot is carried into every later checkpoint, so a restore
 //! gives it back its end state (a finished source restores at its end and reads nothing).
 
+pub mod redistribute;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use redistribute::{SubtaskRestore, redistribute};
 pub use store::CheckpointStore;
 
 /// Why a checkpoint operation was refused or failed.

@@ -277,7 +277,7 @@ impl StreamExecutionEnvironment {
         let url = url.to_string();
         let url_for_size = url.clone();
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
-            let source = TextSource {
+            let source = || TextSource {
                 url: url.clone(),
                 conf: ctx.configuration.clone(),
                 subtask: ctx.subtask,
@@ -302,7 +302,7 @@ impl StreamExecutionEnvironment {
                 Some(c) => (c * s / p, Some(c * (s + 1) / p), 1),
                 None => (s, None, p),
             };
-            let source = GeneratorSource {
+            let source = || GeneratorSource {
                 seed,
                 next,
                 end,
@@ -322,7 +322,7 @@ impl StreamExecutionEnvironment {
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
             let n = u128::from(to.saturating_sub(from)) + u128::from(to >= from);
             let (p, s) = (u128::from(ctx.parallelism), u128::from(ctx.subtask));
-            let source = SequenceSource {
+            let source = || SequenceSource {
                 next: from + (n * s / p) as u64,
                 end: from + (n * (s + 1) / p) as u64,
             };
@@ -335,39 +335,46 @@ impl StreamExecutionEnvironment {
     pub fn from_collection<T: Data>(&self, items: Vec<T>) -> DataStream<T> {
         let items = Arc::new(items);
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
-            source_head(
-                ctx,
-                CollectionSource {
-                    items: items.clone(),
-                    next: 0,
-                },
-                chain,
-            )
+            let source = || CollectionSource {
+                items: items.clone(),
+                next: 0,
+            };
+            source_head(ctx, source, chain)
         });
         self.add_source("source", "Source: Collection".into(), Par::Fixed(1), factory)
     }
 }
 
+/// The head of a source chain. Restored, the subtask reads every split position it was given,
+/// each in a source made by `make` (one at an unchanged parallelism; any number after a rescale);
+/// otherwise one fresh source.
 fn source_head<T: Data, S: io::Source<T> + 'static>(
     ctx: &OpContext,
-    mut source: S,
+    make: impl Fn() -> S,
     chain: AnyOp,
 ) -> Result<Box<dyn Head>> {
-    if let Some(restore) = &ctx.restore
-        && let Some(position) = &restore.source
-    {
-        source.restore(position).map_err(|message| Error::Restore {
-            checkpoint: restore.checkpoint,
-            message: format!("source position {position:?}: {message}"),
-        })?;
-    }
     let counted = crate::operators::CountIn {
         down: downcast::<T>(chain)?,
         count: 0,
         metrics: ctx.metrics.clone(),
     };
+    let Some(restore) = &ctx.restore else {
+        return Ok(Box::new(SourceHead {
+            source: make(),
+            chain: Box::new(counted),
+        }));
+    };
+    let mut sources = Vec::with_capacity(restore.sources.len());
+    for position in &restore.sources {
+        let mut source = make();
+        source.restore(position).map_err(|message| Error::Restore {
+            checkpoint: restore.checkpoint,
+            message: format!("source position {position:?}: {message}"),
+        })?;
+        sources.push(source);
+    }
     Ok(Box::new(SourceHead {
-        source,
+        source: io::MultiSource::new(sources),
         chain: Box::new(counted),
     }))
 }

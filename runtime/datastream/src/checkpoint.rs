@@ -155,8 +155,23 @@ impl std::fmt::Debug for ChainSnapshot {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskRestore {
     pub checkpoint: u64,
-    pub source: Option<String>,
-    pub sink: Option<String>,
+    /// Sources: the positions this subtask reads on from, one per split it takes over: its own
+    /// at an unchanged parallelism; after a rescale, any number (none: nothing left for it).
+    pub sources: Vec<String>,
+    /// Sinks: the committer states this subtask takes over (its own, or after a rescale those
+    /// of the old subtasks given to it; none: a subtask a rescale added).
+    pub sinks: Vec<String>,
+}
+
+/// The positions a source snapshot holds: a subtask that read several splits (after a rescale)
+/// records a JSON array of their positions, one that read one split that position.
+pub fn source_positions(position: &str) -> Vec<String> {
+    if position.starts_with('[')
+        && let Ok(list) = serde_json::from_str::<Vec<String>>(position)
+    {
+        return list;
+    }
+    vec![position.to_string()]
 }
 
 /// Keyed state a task starts with.

@@ -367,6 +367,53 @@ fn position_fields<const N: usize>(
     }
 }
 
+/// A restored subtask's splits (Flink's source reader with several splits): the sources made
+/// for each position it was given, read in turn, a batch from each, so unbounded ones all make
+/// progress. One source behaves (and snapshots) exactly as that source; several record a JSON
+/// array of their positions, which a later restore splits again.
+pub(crate) struct MultiSource<S> {
+    sources: Vec<S>,
+    next: usize,
+}
+
+impl<S> MultiSource<S> {
+    pub(crate) fn new(sources: Vec<S>) -> Self {
+        MultiSource { sources, next: 0 }
+    }
+}
+
+#[async_trait]
+impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
+    async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool> {
+        if self.sources.is_empty() {
+            return Ok(false);
+        }
+        let i = self.next % self.sources.len();
+        if self.sources[i].produce(out).await? {
+            self.next = i + 1;
+        } else if self.sources.len() > 1 {
+            // Exhausted: its position stays recorded (at its end) only until the others end too.
+            self.sources.remove(i);
+            self.next = i;
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn position(&self) -> String {
+        match self.sources.as_slice() {
+            [one] => one.position(),
+            many => serde_json::to_string(&many.iter().map(|s| s.position()).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn restore(&mut self, _: &str) -> std::result::Result<(), String> {
+        Err("a source of several splits is made from their positions, not restored".into())
+    }
+}
+
 /// `read_text_file`: lines of this subtask's split.
 #[derive(Debug)]
 pub(crate) struct TextSource {
@@ -431,8 +478,9 @@ impl Source<String> for TextSource {
         match (&self.reader, &self.restored) {
             (Some(r), _) => r.position(),
             (None, Some(restored)) => restored.clone(),
-            // Not opened yet: nothing read. An empty split restores by listing, like a fresh start.
-            (None, None) => String::new(),
+            // Not opened yet: nothing read. Which split it is stays recorded, so a subtask of
+            // another parallelism that takes it over lists the files and reads this split.
+            (None, None) => format!("unopened={},of={}", self.subtask, self.parallelism),
         }
     }
 
@@ -440,6 +488,16 @@ impl Source<String> for TextSource {
     /// checked): the position is checked for shape now.
     fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
         if position.is_empty() {
+            self.restored = None;
+            return Ok(());
+        }
+        if position.starts_with("unopened=") {
+            let [subtask, parallelism] = position_fields(position, ["unopened", "of"])?;
+            if parallelism == 0 || subtask >= parallelism {
+                return Err(format!("split {subtask} of {parallelism} does not exist"));
+            }
+            self.subtask = subtask as u32;
+            self.parallelism = parallelism as u32;
             self.restored = None;
             return Ok(());
         }
@@ -567,13 +625,32 @@ impl Source<String> for GeneratorSource {
         Ok(self.end.is_none_or(|e| self.next < e))
     }
 
+    /// Self-describing (the stream's stride and end, not only where it is), so a subtask of
+    /// another parallelism can take the stream over.
     fn position(&self) -> String {
-        format!("next={}", self.next)
+        match self.end {
+            Some(end) => format!("next={},step={},end={end}", self.next, self.step),
+            None => format!("next={},step={}", self.next, self.step),
+        }
     }
 
     fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
-        let [next] = position_fields(position, ["next"])?;
-        self.next = next;
+        let fields = position.split(',').count();
+        let (next, step, end) = match fields {
+            3 => {
+                let [next, step, end] = position_fields(position, ["next", "step", "end"])?;
+                (next, step, Some(end))
+            }
+            2 => {
+                let [next, step] = position_fields(position, ["next", "step"])?;
+                (next, step, None)
+            }
+            _ => return Err(format!("expected next=N,step=S[,end=E], got {position:?}")),
+        };
+        if step == 0 {
+            return Err("step must be at least 1".into());
+        }
+        (self.next, self.step, self.end) = (next, step, end);
         Ok(())
     }
 }
@@ -598,11 +675,11 @@ impl Source<u64> for SequenceSource {
     }
 
     fn position(&self) -> String {
-        format!("next={}", self.next)
+        format!("next={},end={}", self.next, self.end)
     }
 
     fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
-        [self.next] = position_fields(position, ["next"])?;
+        [self.next, self.end] = position_fields(position, ["next", "end"])?;
         Ok(())
     }
 }
@@ -749,6 +826,11 @@ pub(crate) struct FileSinkState {
     /// and `.inprogress` of their in-progress names.
     pub pending: Vec<String>,
     pub next_part: u64,
+    /// The lineage the parts are numbered in (their `part-{lineage}-` prefix): the subtask index,
+    /// or `{subtask}c{checkpoint}` for a subtask a rescale from that checkpoint added. Numbers
+    /// are unique within a lineage, so a restore deletes exactly its lineage's parts after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<String>,
 }
 
 /// `sink_to_file`. Without checkpointing: `.part-{subtask}-{attempt}.inprogress`, renamed to
@@ -766,8 +848,14 @@ pub(crate) struct FileSinkIo {
     checkpointing: bool,
     /// Names this instance's parts apart from every other writer's.
     writer_id: String,
-    /// Checkpointing: where the sink resumes (`None` until restored or started fresh).
-    restore: Option<(u64, FileSinkState)>,
+    /// Checkpointing: the states this sink resumes from (`None`: started fresh; several after a
+    /// rescale; none: a subtask the rescale added).
+    restore: Option<(u64, Vec<FileSinkState>)>,
+    /// Prefix of this sink's committed parts (see [`FileSinkState::lineage`]).
+    lineage: String,
+    /// Lineages whose parts this sink took over (its own included): their abandoned in-progress
+    /// parts are its to remove at the end.
+    lineages: Vec<String>,
     started: bool,
     /// Parts closed at a barrier, by the checkpoint that covers them, with their names.
     pending: Vec<(u64, String)>,
@@ -796,10 +884,10 @@ async fn rename(loc: &Location, from: &str, to: &str) -> Result<()> {
     }
 }
 
-/// The part number of `name` if it is a committed part of `subtask` written by a checkpointing
-/// sink (`part-{subtask}-{n}-{writer}`).
-fn committed_part_number(name: &str, subtask: u32) -> Option<u64> {
-    let rest = name.strip_prefix(&format!("part-{subtask}-"))?;
+/// The part number of `name` if it is a committed part of `lineage` written by a checkpointing
+/// sink (`part-{lineage}-{n}-{writer}`).
+fn committed_part_number(name: &str, lineage: &str) -> Option<u64> {
+    let rest = name.strip_prefix(&format!("part-{lineage}-"))?;
     let (n, writer) = rest.split_once('-')?;
     if writer.is_empty() {
         return None;
@@ -809,9 +897,20 @@ fn committed_part_number(name: &str, subtask: u32) -> Option<u64> {
 
 impl FileSinkIo {
     pub(crate) fn new(url: String, ctx: &crate::operators::OpContext) -> Self {
-        let restore = ctx.restore.as_ref().and_then(|r| {
-            let state = r.sink.as_deref().map(serde_json::from_str::<FileSinkState>);
-            Some((r.checkpoint, state?.unwrap_or_default()))
+        let restore = ctx.restore.as_ref().map(|r| {
+            let states = r
+                .sinks
+                .iter()
+                .map(|s| {
+                    serde_json::from_str::<FileSinkState>(s).unwrap_or_else(|e| {
+                        tracing::warn!(
+                            "file sink state {s:?} unreadable ({e}): nothing pending taken from it"
+                        );
+                        FileSinkState::default()
+                    })
+                })
+                .collect();
+            (r.checkpoint, states)
         });
         FileSinkIo {
             url,
@@ -821,6 +920,8 @@ impl FileSinkIo {
             checkpointing: ctx.checkpointing,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             restore,
+            lineage: ctx.subtask.to_string(),
+            lineages: Vec::new(),
             started: false,
             pending: Vec::new(),
             next_part: 0,
@@ -834,7 +935,7 @@ impl FileSinkIo {
 
     /// The committed name of this writer's part `part` (checkpointing).
     fn part_name(&self, part: u64) -> String {
-        format!("part-{}-{part}-{}", self.subtask, self.writer_id)
+        format!("part-{}-{part}-{}", self.lineage, self.writer_id)
     }
 
     fn in_progress_of(dir: &str, name: &str) -> String {
@@ -867,14 +968,32 @@ impl FileSinkIo {
         if !self.checkpointing {
             return Ok(());
         }
-        let (pending, next_part) = match self.restore.take() {
-            Some((_, state)) => (state.pending, state.next_part),
-            None => (Vec::new(), 0),
+        // (lineage, its pending parts, the first part number the restored checkpoint does not
+        // cover) of every state taken over; this sink numbers on in the first one's lineage.
+        let own = self.subtask.to_string();
+        let taken: Vec<(String, Vec<String>, u64)> = match self.restore.take() {
+            // A fresh start: this subtask's earlier parts are not part of this run.
+            None => vec![(own, Vec::new(), 0)],
+            // A subtask a rescale from checkpoint `c` added: a lineage of its own; parts in it are
+            // from an earlier attempt after that same checkpoint.
+            Some((c, states)) if states.is_empty() => vec![(format!("{own}c{c}"), Vec::new(), 0)],
+            Some((_, states)) => states
+                .into_iter()
+                .map(|st| {
+                    (
+                        st.lineage.unwrap_or_else(|| own.clone()),
+                        st.pending,
+                        st.next_part,
+                    )
+                })
+                .collect(),
         };
-        for name in &pending {
-            let (from, to) = (Self::in_progress_of(&dir, name), format!("{dir}/{name}"));
-            if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
-                rename(&loc, &from, &to).await?;
+        for (_, pending, _) in &taken {
+            for name in pending {
+                let (from, to) = (Self::in_progress_of(&dir, name), format!("{dir}/{name}"));
+                if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
+                    rename(&loc, &from, &to).await?;
+                }
             }
         }
         let entries = match loc.op.list(&format!("{dir}/")).await {
@@ -884,13 +1003,18 @@ impl FileSinkIo {
         };
         for entry in entries {
             let name = entry.name().trim_end_matches('/');
-            let stale = committed_part_number(name, self.subtask).is_some_and(|n| n >= next_part);
+            let stale = taken.iter().any(|(lineage, _, next_part)| {
+                committed_part_number(name, lineage).is_some_and(|n| n >= *next_part)
+            });
             if stale {
                 let path = format!("{dir}/{name}");
                 tracing::info!(path, "removing a part the restored checkpoint does not cover");
                 loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
             }
         }
+        self.lineages = taken.iter().map(|(l, _, _)| l.clone()).collect();
+        let (lineage, _, next_part) = taken.into_iter().next().unwrap_or_default();
+        self.lineage = lineage;
         self.next_part = next_part;
         Ok(())
     }
@@ -937,13 +1061,17 @@ impl FileSinkIo {
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::storage(&self.url, e)),
         };
-        let mine = format!(".part-{}-", self.subtask);
+        let mut mine: Vec<String> = self.lineages.iter().map(|l| format!(".part-{l}-")).collect();
+        if mine.is_empty() {
+            mine.push(format!(".part-{}-", self.subtask));
+        }
         for entry in entries {
             let name = entry.name().trim_end_matches('/');
             // Everything of this writer is committed by now: what is left is someone else's.
-            let abandoned = name
-                .strip_prefix(&mine)
-                .is_some_and(|rest| rest.ends_with(".inprogress"));
+            let abandoned = mine.iter().any(|m| {
+                name.strip_prefix(m.as_str())
+                    .is_some_and(|rest| rest.ends_with(".inprogress"))
+            });
             if abandoned {
                 let path = format!("{dir}/{name}");
                 loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
@@ -988,6 +1116,7 @@ impl SinkIo for FileSinkIo {
         let state = FileSinkState {
             pending: self.pending.iter().map(|(_, name)| name.clone()).collect(),
             next_part: self.next_part,
+            lineage: Some(self.lineage.clone()),
         };
         Ok(Some(serde_json::to_string(&state).unwrap_or_default()))
     }
@@ -1159,8 +1288,15 @@ mod tests {
     }
 
     fn sink_context(restore: Option<crate::checkpoint::TaskRestore>) -> crate::operators::OpContext {
+        sink_context_of(0, restore)
+    }
+
+    fn sink_context_of(
+        subtask: u32,
+        restore: Option<crate::checkpoint::TaskRestore>,
+    ) -> crate::operators::OpContext {
         crate::operators::OpContext {
-            subtask: 0,
+            subtask,
             parallelism: 1,
             attempt: 0,
             configuration: BTreeMap::new(),
@@ -1202,8 +1338,8 @@ mod tests {
         let restore = || {
             Some(crate::checkpoint::TaskRestore {
                 checkpoint: 1,
-                source: None,
-                sink: Some(state.clone()),
+                sources: Vec::new(),
+                sinks: vec![state.clone()],
             })
         };
         let mut zombie = Box::new(FileSinkIo::new(url.clone(), &sink_context(restore())));
@@ -1235,6 +1371,120 @@ mod tests {
             "checkpoint 1's part (committed by the restore) and the current attempt's parts only"
         );
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    /// Issue 12: sink states restored into another parallelism. Two subtasks checkpoint a pending
+    /// part each, then commit one more each at an end of input that checkpoint does not cover.
+    /// Restored into one subtask, both pending parts are committed and both uncovered ones
+    /// deleted; restored from there into three, the two added subtasks number parts in lineages
+    /// of their own, and restoring one of them again removes only its own uncovered part.
+    #[tokio::test]
+    async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
+        let dir = std::env::temp_dir().join(format!("floe-sink-rescale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let url = dir.to_string_lossy().into_owned();
+        let restore = |checkpoint, sinks: Vec<String>| {
+            Some(crate::checkpoint::TaskRestore {
+                checkpoint,
+                sources: Vec::new(),
+                sinks,
+            })
+        };
+        let mut states = Vec::new();
+        for k in 0..2u32 {
+            let mut sink = Box::new(FileSinkIo::new(url.clone(), &sink_context_of(k, None)));
+            sink.write(Bytes::from(format!("covered {k}\n")))
+                .await
+                .expect("write");
+            states.push(sink.pre_commit(1).await.expect("pre-commit").expect("state"));
+            sink.write(Bytes::from(format!("after {k}\n")))
+                .await
+                .expect("write");
+            sink.close().await.expect("close");
+        }
+        let mut merged = Box::new(FileSinkIo::new(
+            url.clone(),
+            &sink_context_of(0, restore(1, states)),
+        ));
+        merged
+            .write(Bytes::from_static(b"merged\n"))
+            .await
+            .expect("write");
+        let state = merged.pre_commit(2).await.expect("pre-commit").expect("state");
+        merged.commit(2).await.expect("commit");
+        let mut contents: Vec<String> = committed(&dir).into_values().collect();
+        contents.sort();
+        assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
+
+        // Into three: subtask 0 continues, subtasks 1 and 2 are new (no state).
+        let mut added = Box::new(FileSinkIo::new(
+            url.clone(),
+            &sink_context_of(2, restore(2, Vec::new())),
+        ));
+        added
+            .write(Bytes::from_static(b"added, uncovered\n"))
+            .await
+            .expect("write");
+        added.close().await.expect("close");
+        let names: Vec<String> = committed(&dir).into_keys().collect();
+        assert!(names.iter().any(|n| n.starts_with("part-2c2-0-")), "{names:?}");
+        // The added subtask restored from checkpoint 2 again: its uncovered part goes, nothing else.
+        let again = Box::new(FileSinkIo::new(
+            url.clone(),
+            &sink_context_of(2, restore(2, Vec::new())),
+        ));
+        again.close().await.expect("close");
+        let mut contents: Vec<String> = committed(&dir).into_values().collect();
+        contents.sort();
+        assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
+        assert!(state.contains("\"lineage\":\"0\""), "{state}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn a_source_restored_from_several_splits_reads_each_once() {
+        // Two generator streams of another parallelism's subtasks, taken over by one subtask.
+        let make = || GeneratorSource {
+            seed: 3,
+            next: 0,
+            end: Some(0),
+            step: 1,
+            rate: None,
+            emitted: 0,
+            started: None,
+            vocabulary: generator_vocabulary(),
+        };
+        let mut a = make();
+        a.restore("next=10,step=1,end=2000").expect("restore");
+        let mut b = make();
+        b.restore("next=2500,step=1,end=4000").expect("restore");
+        let mut multi = MultiSource::new(vec![a, b]);
+        assert_eq!(
+            multi.position(),
+            r#"["next=10,step=1,end=2000","next=2500,step=1,end=4000"]"#
+        );
+        let items: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let mut out = crate::operators::tests::VecSink(items.clone());
+        while multi.produce(&mut out).await.expect("produce") {}
+        let (cdf, words) = generator_vocabulary();
+        let mut expected: Vec<String> = (10..2000)
+            .chain(2500..4000)
+            .map(|i| generator_line(3, i, &cdf, &words))
+            .collect();
+        let mut got = items.lock().expect("lock").clone();
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected);
+        assert_eq!(multi.position(), "next=4000,step=1,end=4000");
+        assert_eq!(
+            crate::checkpoint::source_positions(r#"["a","b"]"#),
+            vec!["a".to_string(), "b".to_string()]
+        );
+        assert_eq!(
+            crate::checkpoint::source_positions("next=1"),
+            vec!["next=1".to_string()]
+        );
     }
 
     #[test]

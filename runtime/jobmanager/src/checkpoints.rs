@@ -93,6 +93,44 @@ impl JobCheckpoints {
         latest.tasks.get(task).map(|s| (latest.id, s.clone()))
     }
 
+    /// What subtask `subtask` of vertex `vertex` at `parallelism` restores from the latest
+    /// checkpoint, whatever parallelism the vertex had when it was taken (one mechanism for a
+    /// restart, a rescale and a savepoint upgrade: [`floe_checkpoint::redistribute`]). `None`
+    /// without a checkpoint, or when it holds nothing of the vertex.
+    pub fn restore_for(
+        &self,
+        vertex: &str,
+        subtask: u32,
+        parallelism: u32,
+        max_parallelism: u32,
+    ) -> Option<(u64, floe_checkpoint::SubtaskRestore)> {
+        let latest = self.latest.as_ref()?;
+        let prefix = format!("{vertex}#");
+        let mut old: Vec<(u32, &TaskSnapshot)> = latest
+            .tasks
+            .iter()
+            .filter_map(|(name, s)| Some((name.strip_prefix(&prefix)?.parse().ok()?, s)))
+            .collect();
+        old.sort_by_key(|(i, _)| *i);
+        // The old subtasks must be 0..n, each once: anything else is not a snapshot of a vertex.
+        if old.is_empty() || old.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+            return None;
+        }
+        let old: Vec<&TaskSnapshot> = old.into_iter().map(|(_, s)| s).collect();
+        let key_groups = |p: u32, i: u32| {
+            let r = floe_datastream::data::key_group_range_for_operator(max_parallelism, p, i);
+            *r.start()..*r.end() + 1
+        };
+        let restore = floe_checkpoint::redistribute(
+            &old,
+            parallelism,
+            subtask,
+            key_groups,
+            floe_datastream::checkpoint::source_positions,
+        );
+        Some((latest.id, restore))
+    }
+
     /// The next checkpoint, when it is due and every task runs or finished (at least one source
     /// still running); aborts one pending past its timeout. Finished tasks carry the snapshot they
     /// ended with, from the latest checkpoint; one with none there (it finished before any

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use floe_checkpoint::TaskSnapshot;
+use floe_checkpoint::{SubtaskRestore, TaskSnapshot};
 use floe_datastream::checkpoint::{Checkpointing, KeyedStateInit, TaskRestore};
 use floe_datastream::{BuiltJob, CheckpointConfig, JobArgs, StateBackendKind, TaskContext, TaskMetrics};
 use floe_proto::v1::{self as pb};
@@ -43,15 +43,16 @@ fn job_storage(conf: &BTreeMap<String, String>) -> Result<ObjectStore, Status> {
     }
 }
 
-/// The keyed state a checkpointing task starts with: restored from its snapshot, or fresh.
+/// The keyed state a checkpointing task starts with: restored from the snapshots holding its
+/// key groups (its own, or several after a rescale: the backend keeps only its range), or fresh.
 async fn keyed_state(
     backend: StateBackendKind,
     dir: &std::path::Path,
     store: ObjectStore,
-    restore: Option<&(u64, TaskSnapshot)>,
+    restore: Option<&(u64, SubtaskRestore)>,
     key_groups: std::ops::Range<u32>,
 ) -> Result<Option<KeyedStateInit>, floe_state::Error> {
-    let snapshots: Vec<TaskSnapshot> = restore.map(|(_, s)| s.clone()).into_iter().collect();
+    let snapshots: Vec<TaskSnapshot> = restore.map(|(_, r)| r.keyed.clone()).unwrap_or_default();
     Ok(Some(match backend {
         StateBackendKind::HashMap => {
             KeyedStateInit::Heap(HashMapStateBackend::restore(&store, &snapshots, key_groups).await?)
@@ -59,11 +60,12 @@ async fn keyed_state(
         #[cfg(feature = "rocksdb")]
         StateBackendKind::RocksDb => {
             use floe_state_rocksdb::RocksDbStateBackend;
-            let db = match restore {
-                Some((_, s)) if !s.files.is_empty() => {
-                    RocksDbStateBackend::restore(dir, &store, std::slice::from_ref(s), key_groups).await?
-                }
-                _ => RocksDbStateBackend::open(dir, key_groups)?,
+            let with_files: Vec<TaskSnapshot> =
+                snapshots.into_iter().filter(|s| !s.files.is_empty()).collect();
+            let db = if with_files.is_empty() {
+                RocksDbStateBackend::open(dir, key_groups)?
+            } else {
+                RocksDbStateBackend::restore(dir, &store, &with_files, key_groups).await?
             };
             KeyedStateInit::Backend(Box::new(db))
         }
@@ -183,9 +185,9 @@ impl TaskManager {
         let checkpoints = CheckpointConfig::from_configuration(&configuration)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let restore = if d.restore_checkpoint > 0 {
-            let snapshot: TaskSnapshot = serde_json::from_str(&d.restore_snapshot_json).map_err(|e| {
+            let snapshot: SubtaskRestore = serde_json::from_str(&d.restore_snapshot_json).map_err(|e| {
                 Status::invalid_argument(format!(
-                    "restore_snapshot_json: not a task snapshot of checkpoint {}: {e}",
+                    "restore_snapshot_json: not a subtask restore of checkpoint {}: {e}",
                     d.restore_checkpoint
                 ))
             })?;
@@ -220,10 +222,10 @@ impl TaskManager {
             buffer_size: built.buffer_size(),
             configuration,
             checkpointing,
-            restore: restore.as_ref().map(|(checkpoint, s)| TaskRestore {
+            restore: restore.as_ref().map(|(checkpoint, r)| TaskRestore {
                 checkpoint: *checkpoint,
-                source: s.position.clone(),
-                sink: s.sink.clone(),
+                sources: r.positions.clone(),
+                sinks: r.sinks.clone(),
             }),
             keyed_state: None,
         };

@@ -73,7 +73,7 @@ pub struct Deployment {
     /// Per vertex output, in output order.
     pub outputs: Vec<OutputSpec>,
     /// The checkpoint this attempt restores from, and its snapshot in it.
-    pub restore: Option<(u64, TaskSnapshot)>,
+    pub restore: Option<(u64, floe_checkpoint::SubtaskRestore)>,
     /// Subtasks of its vertex (decided at run time, or the graph's).
     pub parallelism: u32,
 }
@@ -586,10 +586,11 @@ impl JobMaster {
             fingerprint: self.fingerprint.clone(),
             inputs,
             outputs,
-            restore: self
-                .checkpoints
-                .as_ref()
-                .and_then(|c| c.restore_of(&self.graph.task_name(v))),
+            restore: self.checkpoints.as_ref().and_then(|c| {
+                let vertex = self.graph.job_graph().vertex(v.vertex);
+                let parallelism = self.graph.job_vertex(v.vertex).parallelism;
+                c.restore_for(&vertex.id, v.subtask, parallelism, vertex.max_parallelism)
+            }),
             parallelism: self.graph.job_vertex(v.vertex).parallelism,
         }
     }
