@@ -139,15 +139,36 @@ pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value)
 
 /// [`http`], or `None` when the server is not there (yet) or drops the connection.
 pub fn try_http(method: &str, address: &str, path: &str) -> Option<(u16, serde_json::Value)> {
+    try_http_with_body(method, address, path, "")
+}
+
+/// [`http`] with a JSON request body.
+pub fn http_with_body(method: &str, address: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    try_http_with_body(method, address, path, body)
+        .unwrap_or_else(|| panic!("{method} http://{address}{path}: no answer"))
+}
+
+fn try_http_with_body(
+    method: &str,
+    address: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, serde_json::Value)> {
     // Bounded: a JobManager behind a network partition drops packets instead of refusing them.
     let timeout = std::time::Duration::from_secs(3);
     let socket = std::net::ToSocketAddrs::to_socket_addrs(address).ok()?.next()?;
     let mut stream = std::net::TcpStream::connect_timeout(&socket, timeout).ok()?;
     stream.set_read_timeout(Some(timeout)).ok()?;
     stream.set_write_timeout(Some(timeout)).ok()?;
+    let content_type = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut response = String::new();

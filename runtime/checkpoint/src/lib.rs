@@ -242,6 +242,18 @@ impl CheckpointCoordinator {
     pub fn pending(&self) -> Option<u64> {
         self.pending.as_ref().map(|p| p.id)
     }
+
+    /// The job's tasks changed (it was rescaled): checkpoints from now on wait for these tasks'
+    /// acknowledgements; a pending one is aborted (its tasks are gone). Ids go on increasing.
+    pub fn set_tasks(
+        &mut self,
+        tasks: impl IntoIterator<Item = TaskName>,
+        sources: Vec<TaskName>,
+    ) -> Option<u64> {
+        self.tasks = tasks.into_iter().collect();
+        self.sources = sources;
+        self.pending.take().map(|p| p.id)
+    }
 }
 
 #[cfg(test)]

@@ -82,6 +82,14 @@ impl JobCheckpoints {
         self.ready = true;
     }
 
+    /// The job was rescaled: its task names changed (see [`CheckpointCoordinator::set_tasks`]).
+    pub fn set_tasks(&mut self, tasks: Vec<String>, sources: Vec<String>) {
+        if self.coordinator.set_tasks(tasks, sources).is_some() {
+            self.counts.failed += 1;
+        }
+        self.pending_since_ms = None;
+    }
+
     /// Restarted attempts restore from the latest checkpoint.
     pub fn restarting(&mut self) {
         self.restored = self.latest.as_ref().map(|c| c.id).or(self.restored);

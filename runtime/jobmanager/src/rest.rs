@@ -16,6 +16,10 @@ pub fn router(jm: JobManager) -> Router {
         .route("/jobs", get(list_jobs))
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
         .route("/jobs/{id}/checkpoints", get(checkpoints))
+        .route(
+            "/jobs/{id}/resource-requirements",
+            get(resource_requirements).put(put_resource_requirements),
+        )
         .route("/taskmanagers", get(taskmanagers))
         // As Flink's REST API: every error answers `{"errors": [...]}` naming what was asked.
         .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
@@ -82,6 +86,7 @@ async fn job_details(State(jm): State<JobManager>, Path(id): Path<String>) -> Re
 pub fn details(id: &str, job: &JobEntry) -> Value {
     let m = &job.master;
     let g = &m.graph;
+    let requirements = m.resource_requirements();
     let vertices: Vec<Value> = g
         .job_vertices()
         .iter()
@@ -126,6 +131,8 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                 "id": v.id,
                 "name": v.name,
                 "parallelism": v.parallelism,
+                // What its resource requirements ask for (the upper bound).
+                "desired-parallelism": requirements.get(&v.id).map_or(v.parallelism, |b| b.upper),
                 "max-parallelism": v.max_parallelism,
                 "parallelism-decided-at-run-time": g.is_dynamic(ejv.index),
                 "parallelism-decision": decision,
@@ -169,7 +176,76 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
         "vertices": vertices,
         "regions": regions,
         "slots": slots,
+        "last-rescale": m.last_rescale.as_ref().map(|r| json!({
+            "time": r.requested_ms,
+            "from": r.from,
+            "to": r.to,
+            // From the stop to the new tasks' deployment.
+            "duration": r.deployed_ms.saturating_sub(r.requested_ms),
+            "restored-checkpoint": r.checkpoint,
+        })),
     })
+}
+
+/// Flink's resource requirements (FLIP-291): per vertex id, `{"parallelism": {"lowerBound": l,
+/// "upperBound": u}}`.
+async fn resource_requirements(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    let state = jm.state();
+    let Some(job) = state.jobs.get(&id) else {
+        return not_found(format!("job {id} not found"));
+    };
+    let body: serde_json::Map<String, Value> = job
+        .master
+        .resource_requirements()
+        .into_iter()
+        .map(|(v, b)| {
+            (
+                v,
+                json!({ "parallelism": { "lowerBound": b.lower, "upperBound": b.upper } }),
+            )
+        })
+        .collect();
+    Json(Value::Object(body)).into_response()
+}
+
+/// Sets resource requirements: the job rescales when the parallelism they give differs.
+async fn put_resource_requirements(
+    State(jm): State<JobManager>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let bad =
+        |message: String| (StatusCode::BAD_REQUEST, Json(json!({ "errors": [message] }))).into_response();
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return bad(format!("request body: not JSON: {e}")),
+    };
+    let Some(vertices) = parsed.as_object() else {
+        return bad("request body: expected {\"<vertex id>\": {\"parallelism\": {\"lowerBound\": N, \"upperBound\": N}}}".into());
+    };
+    let mut bounds = std::collections::BTreeMap::new();
+    for (vertex, v) in vertices {
+        let bound = |name: &str| {
+            v["parallelism"][name]
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+        };
+        match (bound("lowerBound"), bound("upperBound")) {
+            (Some(lower), Some(upper)) => {
+                bounds.insert(vertex.clone(), crate::job::ParallelismBounds { lower, upper });
+            }
+            _ => {
+                return bad(format!(
+                    "{vertex}: expected {{\"parallelism\": {{\"lowerBound\": N, \"upperBound\": N}}}}, got {v}"
+                ));
+            }
+        }
+    }
+    match jm.set_resource_requirements(&id, &bounds) {
+        Ok(()) => (StatusCode::OK, Json(json!({}))).into_response(),
+        Err(Error::UnknownJob(id)) => not_found(format!("job {id} not found")),
+        Err(e) => (StatusCode::CONFLICT, Json(json!({ "errors": [e.to_string()] }))).into_response(),
+    }
 }
 
 /// Flink's checkpoint statistics, in its shape: counts, and the latest completed checkpoint with

@@ -26,6 +26,7 @@ mod adaptive;
 mod checkpoint;
 mod config;
 mod reports;
+mod rescale;
 
 pub use adaptive::VertexDecision;
 use config::checkpoint_config;
@@ -33,6 +34,7 @@ pub use config::{
     ADAPTIVE_PREFIX, RestartStrategy, SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, duration_setting,
     no_resource_available, parse_duration, validate_configuration,
 };
+pub use rescale::{ParallelismBounds, Rescale};
 
 /// How long a restart waits for slots when a lost TaskManager left none (Flink's
 /// `slot.request.timeout` for a restart; the JobManager's initial wait is configured separately).
@@ -185,6 +187,11 @@ pub struct JobMaster {
     deciding: std::collections::BTreeSet<u32>,
     /// Input bytes of sources decided at run time (`None`: unknown), once measured.
     source_bytes: BTreeMap<u32, Option<u64>>,
+    /// Parallelism bounds set through the resource requirements, by vertex index.
+    requirements: BTreeMap<u32, ParallelismBounds>,
+    /// A rescale whose restart is due: the parallelism per vertex, and when it was asked for.
+    pending_rescale: Option<(Vec<u32>, u64)>,
+    pub last_rescale: Option<Rescale>,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -301,6 +308,9 @@ impl JobMaster {
             decisions: BTreeMap::new(),
             deciding: std::collections::BTreeSet::new(),
             source_bytes: BTreeMap::new(),
+            requirements: BTreeMap::new(),
+            pending_rescale: None,
+            last_rescale: None,
         })
     }
 
@@ -894,9 +904,22 @@ impl JobMaster {
     }
 
     /// The restart delay passed: new attempts for the subtasks, deployed as their inputs allow.
-    pub fn restart(&mut self, vertices: &[ExecutionVertexId], free: &[SlotRef]) -> Vec<Action> {
+    pub fn restart(&mut self, vertices: &[ExecutionVertexId], free: &[SlotRef], now_ms: u64) -> Vec<Action> {
         if self.status != JobStatus::Running {
             return Vec::new();
+        }
+        if self.pending_rescale.is_some() {
+            // As a restart: a checkpoint being logged is the one to restore from.
+            if self.checkpoint_completing.is_some() {
+                return vec![Action::RestartAfter {
+                    job_id: self.id.clone(),
+                    delay: Duration::from_millis(20),
+                    vertices: vertices.to_vec(),
+                }];
+            }
+            if let Some((target, requested_ms)) = self.pending_rescale.take() {
+                return self.apply_rescale(target, requested_ms, free, now_ms);
+            }
         }
         // Slots of a lost TaskManager that had no replacement then: place them now, or wait.
         if !self.unplaced.is_empty() {

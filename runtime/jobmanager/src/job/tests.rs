@@ -204,13 +204,13 @@ fn a_restart_waits_for_a_checkpoint_being_logged_and_restores_from_it() {
             _ => None,
         })
         .expect("a restart");
-    let postponed = job.restart(&restart, &[]);
+    let postponed = job.restart(&restart, &[], 0);
     assert!(
         matches!(postponed.as_slice(), [Action::RestartAfter { .. }]),
         "{postponed:?}"
     );
     job.checkpoint_completed(completed);
-    let deployed = job.restart(&restart, &[]);
+    let deployed = job.restart(&restart, &[], 0);
     let restores: Vec<Option<u64>> = deployed
         .iter()
         .filter_map(|a| match a {
@@ -284,7 +284,7 @@ fn a_failure_restarts_its_region_and_downstream_then_exhausts_the_strategy() {
         job.graph.execution_vertex(ev(1, 0)).unwrap().current.state,
         ExecutionState::Deploying
     );
-    let again = job.restart(&restart, &[]);
+    let again = job.restart(&restart, &[], 0);
     assert_eq!(deployed(&again, &job), ["map#2"]);
     assert_eq!(job.graph.execution_vertex(ev(1, 2)).unwrap().current.attempt, 1);
     // A report from the old attempt is ignored.
@@ -299,7 +299,7 @@ fn a_failure_restarts_its_region_and_downstream_then_exhausts_the_strategy() {
     );
     // Two more failures exhaust 2 attempts: the job fails with the cause.
     report(&mut job, ev(1, 2), ExecutionState::Failed);
-    job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)], &[]);
+    job.restart(&[ev(1, 2), ev(2, 0), ev(2, 1), ev(2, 2)], &[], 0);
     report(&mut job, ev(1, 2), ExecutionState::Failed);
     assert_eq!(job.status, JobStatus::Failed);
     assert!(
@@ -326,7 +326,7 @@ fn a_lost_taskmanager_fails_its_executions_and_moves_their_slots() {
     );
     assert!(a.iter().any(|a| matches!(a, Action::RestartAfter { .. })));
     assert_eq!(job.slot_of_group[3].taskmanager, "tm2");
-    let again = job.restart(&[ev(0, 3), ev(1, 3)], &[]);
+    let again = job.restart(&[ev(0, 3), ev(1, 3)], &[], 0);
     assert!(matches!(&again[0], Action::Deploy { address, .. } if address == "addr2"));
 }
 
@@ -345,7 +345,7 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
     job.start(&only).unwrap();
     job.on_taskmanager_lost("tm1", &[]);
     let restart = [ev(0, 3), ev(1, 3)];
-    let waiting = job.restart(&restart, &[]);
+    let waiting = job.restart(&restart, &[], 0);
     assert!(
         matches!(waiting.as_slice(), [Action::RestartAfter { .. }]),
         "{waiting:?}"
@@ -358,7 +358,7 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
         j
     };
     for _ in 0..1000 {
-        waiting_job.restart(&restart, &[]);
+        waiting_job.restart(&restart, &[], 0);
         if waiting_job.status.is_terminal() {
             break;
         }
@@ -384,7 +384,7 @@ fn a_restart_without_free_slots_waits_and_then_places_the_lost_slots() {
             slot,
         })
         .collect();
-    let again = job.restart(&restart, &restarted);
+    let again = job.restart(&restart, &restarted, 0);
     assert!(
         matches!(&again[0], Action::Deploy { address, .. } if address == "addr1-new"),
         "{again:?}"

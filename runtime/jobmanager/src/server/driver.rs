@@ -222,7 +222,7 @@ impl JobManager {
             let mut state = self.state();
             let free = Self::free_slots(&state);
             match state.jobs.get_mut(job_id) {
-                Some(job) => job.master.restart(vertices, &free),
+                Some(job) => job.master.restart(vertices, &free, now_ms()),
                 None => Vec::new(),
             }
         };

@@ -530,6 +530,26 @@ impl JobManager {
         Ok(())
     }
 
+    /// New resource requirements for a job (PUT /jobs/{id}/resource-requirements): it rescales
+    /// when they change its parallelism.
+    pub fn set_resource_requirements(
+        &self,
+        job_id: &str,
+        bounds: &BTreeMap<String, crate::job::ParallelismBounds>,
+    ) -> Result<()> {
+        let actions = {
+            let mut state = self.state();
+            let free = Self::free_slots(&state);
+            let job = state
+                .jobs
+                .get_mut(job_id)
+                .ok_or_else(|| Error::UnknownJob(job_id.to_string()))?;
+            job.master.set_resource_requirements(bounds, &free, now_ms())?
+        };
+        self.perform(actions);
+        Ok(())
+    }
+
     /// Cancels a job (PATCH /jobs/{id}).
     pub fn cancel(&self, job_id: &str) -> Result<()> {
         let actions = {

@@ -1,0 +1,236 @@
+//! Rescaling a running streaming job (Flink's adaptive scheduler, FLIP-160, driven by the
+//! resource requirements of FLIP-291): the job's per-vertex parallelism bounds change, it stops,
+//! and every vertex starts again at the parallelism its bounds and the slots allow, restored from
+//! the latest completed checkpoint with its state redistributed by key groups
+//! ([`floe_checkpoint::redistribute`], the same mechanism a restart uses).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use floe_scheduler::job_graph::{Partitioner, VertexIndex};
+use floe_scheduler::{ExecutionGraph, JobStatus, PipelinedRegionSchedulingStrategy, PipelinedRegions, slots};
+
+use super::{Action, JobMaster, SlotRef, TaskCounters, checkpoint_tasks};
+use crate::error::{Error, Result};
+
+/// A vertex's parallelism bounds (Flink's `JobVertexResourceRequirements.Parallelism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelismBounds {
+    pub lower: u32,
+    pub upper: u32,
+}
+
+/// The last rescale, for the REST API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rescale {
+    /// When the job stopped to rescale, and when its new tasks were deployed (ms since the epoch).
+    pub requested_ms: u64,
+    pub deployed_ms: u64,
+    /// Parallelism per vertex before and after.
+    pub from: Vec<u32>,
+    pub to: Vec<u32>,
+    /// The checkpoint the new tasks restore from (`None`: none was completed; from the start).
+    pub checkpoint: Option<u64>,
+}
+
+impl JobMaster {
+    /// Each vertex's bounds (by vertex id): as set, else 1 up to its parallelism.
+    pub fn resource_requirements(&self) -> BTreeMap<String, ParallelismBounds> {
+        self.graph
+            .job_graph()
+            .vertices()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let bounds = self
+                    .requirements
+                    .get(&(i as u32))
+                    .copied()
+                    .unwrap_or(ParallelismBounds {
+                        lower: 1,
+                        upper: v.parallelism,
+                    });
+                (v.id.clone(), bounds)
+            })
+            .collect()
+    }
+
+    /// New bounds for some vertices (the others keep theirs). Each vertex runs at its upper bound
+    /// if the job's slots and the `free` ones allow, else at what they allow, never below its
+    /// lower bound; vertices joined by forward edges need the same parallelism. When that changes
+    /// any vertex's parallelism the job rescales: its tasks are cancelled now and started again
+    /// (the returned actions) at the new parallelism, from the latest checkpoint.
+    pub fn set_resource_requirements(
+        &mut self,
+        bounds: &BTreeMap<String, ParallelismBounds>,
+        free: &[SlotRef],
+        now_ms: u64,
+    ) -> Result<Vec<Action>> {
+        let invalid = |message: String| Error::Config {
+            key: "resource-requirements".into(),
+            message,
+        };
+        if self.status != JobStatus::Running {
+            return Err(invalid(format!("the job is {}, not RUNNING", self.status)));
+        }
+        if self.checkpoints.is_none() {
+            return Err(invalid(
+                "rescaling moves the job's state through a checkpoint: the job needs \
+                 execution.checkpointing.interval"
+                    .into(),
+            ));
+        }
+        if self.pending_rescale.is_some() {
+            return Err(invalid("a rescale is already under way".into()));
+        }
+        let job = self.graph.job_graph();
+        let mut next = self.requirements.clone();
+        for (id, b) in bounds {
+            let index = job
+                .vertex_index(id)
+                .ok_or_else(|| invalid(format!("{id}: no such vertex; the job has {}", vertex_ids(self))))?;
+            let max = job.vertex(index).max_parallelism;
+            if b.lower == 0 || b.lower > b.upper || b.upper > max {
+                return Err(invalid(format!(
+                    "{id}: parallelism bounds [{}, {}] must satisfy 1 <= lowerBound <= upperBound <= the \
+                     vertex's max parallelism {max}",
+                    b.lower, b.upper
+                )));
+            }
+            next.insert(index.0, *b);
+        }
+        // Slots the job could hold: its own and the free ones (one slot sharing group).
+        let available = (self.slot_of_group.len()
+            + free.iter().filter(|s| !self.slot_of_group.contains(s)).count()) as u32;
+        let mut target = Vec::with_capacity(job.vertices().len());
+        for (i, v) in job.vertices().iter().enumerate() {
+            let b = next.get(&(i as u32)).copied().unwrap_or(ParallelismBounds {
+                lower: 1,
+                upper: v.parallelism,
+            });
+            let p = b.upper.min(available);
+            if p < b.lower {
+                return Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots {
+                    needed: b.lower as usize,
+                    available: available as usize,
+                }));
+            }
+            target.push(p);
+        }
+        for ds in job.data_sets() {
+            let (a, b) = (target[ds.producer.0 as usize], target[ds.consumer.0 as usize]);
+            if ds.partitioner == Partitioner::Forward && a != b {
+                return Err(invalid(format!(
+                    "edge {}->{} is forward: both ends need one parallelism, the bounds give {a} and {b}",
+                    job.vertex(ds.producer).id,
+                    job.vertex(ds.consumer).id
+                )));
+            }
+        }
+        self.requirements = next;
+        let current: Vec<u32> = self.graph.job_vertices().iter().map(|v| v.parallelism).collect();
+        if current == target {
+            return Ok(Vec::new());
+        }
+        tracing::info!(job = %self.id, from = ?current, to = ?target, "rescaling");
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.abort(None, "the job rescales");
+        }
+        let mut actions = self.cancel_all();
+        self.pending_rescale = Some((target, now_ms));
+        // The new tasks start once the cancellations are under way, as a restart's would.
+        actions.push(Action::RestartAfter {
+            job_id: self.id.clone(),
+            delay: Duration::from_millis(100),
+            vertices: Vec::new(),
+        });
+        Ok(actions)
+    }
+
+    /// The rescale's restart: the graph at the new parallelism (attempt numbers go on), slots
+    /// taken or given back, every task deployed restoring from the latest checkpoint.
+    pub(super) fn apply_rescale(
+        &mut self,
+        target: Vec<u32>,
+        requested_ms: u64,
+        free: &[SlotRef],
+        now_ms: u64,
+    ) -> Vec<Action> {
+        let from: Vec<u32> = self.graph.job_vertices().iter().map(|v| v.parallelism).collect();
+        let mut job = self.graph.job_graph().clone();
+        for (i, &p) in target.iter().enumerate() {
+            if let Err(e) = job.set_parallelism(VertexIndex(i as u32), p) {
+                tracing::error!(job = %self.id, "cannot rescale: {e}");
+                return Vec::new();
+            }
+        }
+        let next_attempt = self
+            .graph
+            .execution_vertices()
+            .flat_map(|e| std::iter::once(e.current.attempt).chain(e.prior.iter().map(|p| p.attempt)))
+            .max()
+            .map_or(0, |a| a + 1);
+        self.finished_records += self.counters.iter().map(|c| c.records_in).sum::<u64>();
+        self.graph = ExecutionGraph::with_first_attempt(job, next_attempt);
+        self.regions = PipelinedRegions::compute(&self.graph);
+        self.strategy = PipelinedRegionSchedulingStrategy::new(&self.graph, &self.regions);
+        let groups = slots::execution_slot_sharing_groups(&self.graph);
+        let n = self.graph.task_count();
+        self.group_of_task = vec![0; n];
+        for (g, group) in groups.iter().enumerate() {
+            for &t in &group.tasks {
+                self.group_of_task[self.graph.global_index(t)] = g as u32;
+            }
+        }
+        self.location = vec![None; n];
+        self.counters = vec![TaskCounters::default(); n];
+        self.unplaced.clear();
+        // Slots: the first ones the job holds, then free ones; extra ones go back to the pool.
+        let spare: Vec<SlotRef> = free
+            .iter()
+            .filter(|s| !self.slot_of_group.contains(s))
+            .cloned()
+            .collect();
+        self.slot_of_group.truncate(groups.len());
+        self.slot_of_group.extend(
+            spare
+                .into_iter()
+                .take(groups.len().saturating_sub(self.slot_of_group.len())),
+        );
+        // Slots that went away since the request: the groups share the ones the job has.
+        let have = self.slot_of_group.len();
+        for k in have..groups.len() {
+            if have > 0 {
+                let slot = self.slot_of_group[k % have].clone();
+                self.slot_of_group.push(slot);
+            }
+        }
+        let (tasks, sources) = checkpoint_tasks(&self.graph);
+        let mut checkpoint = None;
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.set_tasks(tasks, sources);
+            c.restarting();
+            checkpoint = c.latest.as_ref().map(|l| l.id);
+        }
+        self.missing_once.clear();
+        self.last_rescale = Some(Rescale {
+            requested_ms,
+            deployed_ms: now_ms,
+            from,
+            to: target,
+            checkpoint,
+        });
+        let deploy = self.strategy.start_scheduling(&self.graph, &self.regions);
+        self.deploy(&deploy)
+    }
+}
+
+fn vertex_ids(job: &JobMaster) -> String {
+    job.graph
+        .job_graph()
+        .vertices()
+        .iter()
+        .map(|v| v.id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,186 @@
+//! Rescaling a running streaming job through the REST API (issue 12, parts 2 and 3): a keyed
+//! running sum that checkpoints every 500 ms goes 2 -> 4 -> 1 -> 3 subtasks per vertex while it
+//! runs, each time through `PUT /jobs/{id}/resource-requirements`; every rescale restores the
+//! latest checkpoint with its keyed state redistributed by key groups, the sources' splits and the
+//! sinks' pending parts dealt to the new subtasks. The committed output must equal the fault-free
+//! output exactly (one update per input word, the last one the word's count), for both state
+//! backends.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::processes::{jobmanager, taskmanager, wait_job};
+
+const RECORDS: u64 = 60_000;
+
+fn manifest(dir: &Path, output: &Path, backend: &str) -> std::path::PathBuf {
+    let path = dir.join("job.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
+            output.display(),
+            dir.join("storage").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn completed_checkpoint(rest: &str, id: &str) -> u64 {
+    let (_, c) = common::http("GET", rest, &format!("/jobs/{id}/checkpoints"));
+    c["latest"]["completed"]["id"].as_u64().unwrap_or(0)
+}
+
+/// `PUT` bounds [1, upper] for every vertex; the answer's status.
+fn rescale_to(rest: &str, id: &str, vertices: &[String], upper: u32) -> (u16, serde_json::Value) {
+    let body: serde_json::Map<String, serde_json::Value> = vertices
+        .iter()
+        .map(|v| {
+            (
+                v.clone(),
+                serde_json::json!({ "parallelism": { "lowerBound": 1, "upperBound": upper } }),
+            )
+        })
+        .collect();
+    common::http_with_body(
+        "PUT",
+        rest,
+        &format!("/jobs/{id}/resource-requirements"),
+        &serde_json::Value::Object(body).to_string(),
+    )
+}
+
+fn rescales_while_running(backend: &str) {
+    let dir = common::scratch(&format!("rescale-{backend}"));
+    let output = dir.join("out");
+    let m = manifest(&dir, &output, backend);
+    let (_jm, rpc, rest) = jobmanager(&m, &dir.join("jm.log"));
+    let _tm = taskmanager(&rpc, 4);
+    let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    let id = job["jid"].as_str().unwrap().to_string();
+    let vertices: Vec<String> = job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect();
+    let started = Instant::now();
+    let mut restored = Vec::new();
+    for upper in [4u32, 1, 3] {
+        // A checkpoint of the current parallelism first, so the rescale moves real state.
+        let before = completed_checkpoint(&rest, &id);
+        while completed_checkpoint(&rest, &id) <= before {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no checkpoint completes"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, answer) = rescale_to(&rest, &id, &vertices, upper);
+        assert_eq!(status, 200, "{answer}");
+        let job = wait_job(&rest, Duration::from_secs(30), |j| {
+            j["vertices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v["parallelism"] == upper && v["desired-parallelism"] == upper)
+                || j["state"] != "RUNNING"
+        });
+        assert_eq!(job["state"], "RUNNING", "{job}");
+        let last = &job["last-rescale"];
+        assert!(
+            last["to"].as_array().unwrap().iter().all(|p| *p == upper),
+            "{last}"
+        );
+        restored.push(last["restored-checkpoint"].as_u64().unwrap());
+        let (_, requirements) = common::http("GET", &rest, &format!("/jobs/{id}/resource-requirements"));
+        assert_eq!(requirements[&vertices[0]]["parallelism"]["upperBound"], upper);
+    }
+    assert!(
+        restored.windows(2).all(|w| w[0] < w[1]),
+        "each rescale restored a newer checkpoint: {restored:?}"
+    );
+    let done = wait_job(&rest, Duration::from_secs(90), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(
+        done["state"],
+        "FINISHED",
+        "{done}\n{}",
+        std::fs::read_to_string(dir.join("jm.log")).unwrap_or_default()
+    );
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
+    println!("{backend}: rescaled 2 -> 4 -> 1 -> 3 from checkpoints {restored:?}; output exact");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_hashmap_job_rescales_2_4_1_3_exactly_once() {
+    rescales_while_running("hashmap");
+}
+
+#[test]
+fn a_rocksdb_job_rescales_2_4_1_3_exactly_once() {
+    rescales_while_running("rocksdb");
+}
+
+/// Bounds a job cannot run at are refused with a message naming what is wrong.
+#[test]
+fn bad_resource_requirements_name_the_problem() {
+    let dir = common::scratch("rescale-bad");
+    let m = manifest(&dir, &dir.join("out"), "hashmap");
+    let (_jm, rpc, rest) = jobmanager(&m, &dir.join("jm.log"));
+    let _tm = taskmanager(&rpc, 4);
+    let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    let id = job["jid"].as_str().unwrap();
+    let path = format!("/jobs/{id}/resource-requirements");
+    let (status, answer) = common::http_with_body(
+        "PUT",
+        &rest,
+        &path,
+        r#"{"ghost": {"parallelism": {"lowerBound": 1, "upperBound": 2}}}"#,
+    );
+    assert_eq!(status, 409);
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("ghost: no such vertex; the job has source, map"),
+        "{answer}"
+    );
+    let (status, answer) = common::http_with_body(
+        "PUT",
+        &rest,
+        &path,
+        r#"{"source": {"parallelism": {"lowerBound": 3, "upperBound": 2}}}"#,
+    );
+    assert_eq!(status, 409);
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("1 <= lowerBound <= upperBound"),
+        "{answer}"
+    );
+    let (status, answer) = common::http_with_body(
+        "PUT",
+        &rest,
+        &path,
+        r#"{"source": {"parallelism": {"lowerBound": 1, "upperBound": 4}}}"#,
+    );
+    assert_eq!(status, 409);
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("is forward: both ends need one parallelism"),
+        "{answer}"
+    );
+    let (status, answer) = common::http_with_body("PUT", &rest, &path, "[1]");
+    assert_eq!(status, 400, "{answer}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
