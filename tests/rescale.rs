@@ -12,16 +12,27 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::processes::{jobmanager, taskmanager, wait_job};
+use common::processes::{jobmanager, jobmanager_with, taskmanager, wait_job};
 
 const RECORDS: u64 = 60_000;
 
 fn manifest(dir: &Path, output: &Path, backend: &str) -> std::path::PathBuf {
+    manifest_of(dir, output, backend, RECORDS, 2, "")
+}
+
+fn manifest_of(
+    dir: &Path,
+    output: &Path,
+    backend: &str,
+    records: u64,
+    parallelism: u32,
+    extra: &str,
+) -> std::path::PathBuf {
     let path = dir.join("job.yaml");
     std::fs::write(
         &path,
         format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n{extra}",
             output.display(),
             dir.join("storage").display()
         ),
@@ -182,5 +193,72 @@ fn bad_resource_requirements_name_the_problem() {
     );
     let (status, answer) = common::http_with_body("PUT", &rest, &path, "[1]");
     assert_eq!(status, 400, "{answer}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every vertex's parallelism.
+fn parallelism(job: &serde_json::Value) -> Vec<u64> {
+    job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["parallelism"].as_u64().unwrap())
+        .collect()
+}
+
+/// `jobmanager.scheduler: adaptive` (issue 12, part 2): a job declared at parallelism 4 starts at
+/// the 2 slots one TaskManager offers once the stabilization timeout passed, scales up to 4 when a
+/// second TaskManager registers (after the scaling interval), and goes on at 2 when that
+/// TaskManager is killed with no replacement (reactive). The output is exact.
+#[test]
+fn the_adaptive_scheduler_follows_the_taskmanagers() {
+    let dir = common::scratch("rescale-adaptive");
+    let output = dir.join("out");
+    let records = 120_000;
+    let m = manifest_of(
+        &dir,
+        &output,
+        "hashmap",
+        records,
+        4,
+        "    jobmanager.scheduler: adaptive\n    jobmanager.adaptive-scheduler.resource-stabilization-timeout: \"1 s\"\n    jobmanager.adaptive-scheduler.scaling-interval.min: \"2 s\"\n    restart-strategy.fixed-delay.delay: \"200 ms\"\n",
+    );
+    let (_jm, rpc, rest) = jobmanager_with(&m, &dir.join("jm.log"), &["--heartbeat-timeout-ms", "2000"]);
+    let _a = taskmanager(&rpc, 2);
+    let running = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    assert_eq!(parallelism(&running), vec![2, 2, 2], "{running}");
+    let b = taskmanager(&rpc, 2);
+    let scaled = wait_job(&rest, Duration::from_secs(30), |j| {
+        parallelism(j) == [4, 4, 4] || j["state"] != "RUNNING"
+    });
+    assert_eq!(scaled["state"], "RUNNING", "{scaled}");
+    assert_eq!(scaled["last-rescale"]["from"], serde_json::json!([2, 2, 2]));
+    let id = scaled["jid"].as_str().unwrap().to_string();
+    let at = completed_checkpoint(&rest, &id);
+    let started = Instant::now();
+    while completed_checkpoint(&rest, &id) <= at {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no checkpoint at parallelism 4"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(b);
+    let reactive = wait_job(&rest, Duration::from_secs(30), |j| {
+        (parallelism(j) == [2, 2, 2] && j["last-rescale"]["to"] == serde_json::json!([2, 2, 2]))
+            || j["state"] != "RUNNING"
+    });
+    assert_eq!(reactive["state"], "RUNNING", "{reactive}");
+    assert_eq!(reactive["restarts"], 1, "the lost TaskManager is one restart");
+    let done = wait_job(&rest, Duration::from_secs(90), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    assert_eq!(
+        parallelism(&done),
+        vec![2, 2, 2],
+        "no rescale after the loss: {done}"
+    );
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, records));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,6 +19,11 @@ impl Drop for Proc {
 /// Starts `floe jobmanager --job-file` on free ports; returns it with its (rpc, rest) addresses. Its
 /// stderr goes to `log`.
 pub fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
+    jobmanager_with(manifest, log, &[])
+}
+
+/// [`jobmanager`] with more command-line arguments (`--heartbeat-timeout-ms 2000`).
+pub fn jobmanager_with(manifest: &Path, log: &Path, extra: &[&str]) -> (Proc, String, String) {
     let mut child = Command::new(super::FLOE)
         .args([
             "jobmanager",
@@ -26,8 +31,9 @@ pub fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
             "127.0.0.1:0",
             "--rest-address",
             "127.0.0.1:0",
-            "--job-file",
         ])
+        .args(extra)
+        .arg("--job-file")
         .arg(manifest)
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).unwrap())

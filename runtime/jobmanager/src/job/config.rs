@@ -106,6 +106,65 @@ pub(super) fn checkpoint_config(
     })
 }
 
+/// `jobmanager.scheduler: adaptive` (Flink's adaptive scheduler, FLIP-160): a streaming job runs
+/// at the parallelism its slots allow within its bounds, and rescales when slots come or go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveScheduler {
+    /// `jobmanager.adaptive-scheduler.min-parallelism-increase` (default 1): scale up only by at
+    /// least this much.
+    pub min_parallelism_increase: u32,
+    /// `jobmanager.adaptive-scheduler.scaling-interval.min` (default 30 s): no rescale sooner
+    /// after the last one (no flapping).
+    pub scaling_interval_min: Duration,
+    /// `jobmanager.adaptive-scheduler.resource-stabilization-timeout` (default 10 s): how long a
+    /// job that has some but not all the slots it wants waits before it starts with fewer.
+    pub stabilization: Duration,
+}
+
+/// Flink's scheduler key.
+pub const SCHEDULER_KEY: &str = "jobmanager.scheduler";
+
+/// The adaptive scheduler's settings when the job asks for it (`None`: the default scheduler).
+pub fn adaptive_scheduler(conf: &BTreeMap<String, String>) -> Result<Option<AdaptiveScheduler>> {
+    match conf
+        .get(SCHEDULER_KEY)
+        .map(|s| s.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("default") | Some("adaptivebatch") | Some("adaptive-batch") => return Ok(None),
+        Some("adaptive") => {}
+        Some(other) => {
+            return Err(Error::Config {
+                key: SCHEDULER_KEY.into(),
+                message: format!("expected default, adaptive or adaptivebatch, got {other:?}"),
+            });
+        }
+    }
+    let increase_key = "jobmanager.adaptive-scheduler.min-parallelism-increase";
+    let min_parallelism_increase = match conf.get(increase_key) {
+        None => 1,
+        Some(v) => match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(Error::Config {
+                    key: increase_key.into(),
+                    message: format!("expected a positive integer, got {v:?}"),
+                });
+            }
+        },
+    };
+    Ok(Some(AdaptiveScheduler {
+        min_parallelism_increase,
+        scaling_interval_min: duration_setting(conf, "jobmanager.adaptive-scheduler.scaling-interval.min")?
+            .unwrap_or(Duration::from_secs(30)),
+        stabilization: duration_setting(
+            conf,
+            "jobmanager.adaptive-scheduler.resource-stabilization-timeout",
+        )?
+        .unwrap_or(Duration::from_secs(10)),
+    }))
+}
+
 /// Flink's keys of the adaptive batch scheduler's parallelism decider.
 pub const ADAPTIVE_PREFIX: &str = "execution.batch.adaptive.auto-parallelism.";
 
@@ -158,6 +217,7 @@ pub fn adaptive_decider(conf: &BTreeMap<String, String>) -> Result<AdaptiveBatch
 pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
     RestartStrategy::from_configuration(conf)?;
     adaptive_decider(conf)?;
+    adaptive_scheduler(conf)?;
     checkpoint_config(conf)?;
     for key in DURATION_KEYS {
         duration_setting(conf, key)?;

@@ -31,8 +31,9 @@ mod rescale;
 pub use adaptive::VertexDecision;
 use config::checkpoint_config;
 pub use config::{
-    ADAPTIVE_PREFIX, RestartStrategy, SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, duration_setting,
-    no_resource_available, parse_duration, validate_configuration,
+    ADAPTIVE_PREFIX, AdaptiveScheduler, RestartStrategy, SCHEDULER_KEY, SLOT_REQUEST_TIMEOUT_KEY,
+    adaptive_decider, adaptive_scheduler, duration_setting, no_resource_available, parse_duration,
+    validate_configuration,
 };
 pub use rescale::{ParallelismBounds, Rescale};
 
@@ -192,6 +193,13 @@ pub struct JobMaster {
     /// A rescale whose restart is due: the parallelism per vertex, and when it was asked for.
     pending_rescale: Option<(Vec<u32>, u64)>,
     pub last_rescale: Option<Rescale>,
+    /// `jobmanager.scheduler: adaptive`.
+    pub adaptive_scheduler: Option<AdaptiveScheduler>,
+    /// Each vertex's parallelism as the job declares it: its upper bound unless the resource
+    /// requirements say otherwise.
+    declared: Vec<u32>,
+    /// When the job last started or rescaled (the adaptive scheduler's scaling interval).
+    last_scaled_ms: u64,
 }
 
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
@@ -246,6 +254,15 @@ impl JobMaster {
         } else {
             None
         };
+        let adaptive_scheduler = adaptive_scheduler(&args.configuration)?;
+        if adaptive_scheduler.is_some() && checkpoint_config(&args.configuration)?.is_none() {
+            return Err(Error::Config {
+                key: SCHEDULER_KEY.into(),
+                message: "the adaptive scheduler rescales through checkpoints: set execution.checkpointing.interval"
+                    .into(),
+            });
+        }
+        let declared = job_graph.vertices().iter().map(|v| v.parallelism).collect();
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
@@ -311,6 +328,9 @@ impl JobMaster {
             requirements: BTreeMap::new(),
             pending_rescale: None,
             last_rescale: None,
+            adaptive_scheduler,
+            declared,
+            last_scaled_ms: 0,
         })
     }
 
@@ -417,6 +437,14 @@ impl JobMaster {
     /// Places the job on free slots and starts it (CREATED → RUNNING, source regions deployed).
     /// `free` lists free slots TaskManager by TaskManager.
     pub fn start(&mut self, free: &[SlotRef]) -> Result<Vec<Action>> {
+        // The adaptive scheduler runs the job at what the free slots allow.
+        if self.adaptive_scheduler.is_some() && !free.is_empty() {
+            let target = self.target_parallelism(free.len() as u32);
+            let current: Vec<u32> = self.graph.job_vertices().iter().map(|v| v.parallelism).collect();
+            if target != current {
+                self.regraph(&target)?;
+            }
+        }
         let needed = self.slots_needed();
         if free.len() < needed {
             return Err(floe_scheduler::Error::NotEnoughSlots {
@@ -726,6 +754,9 @@ impl JobMaster {
     /// replaced by free ones (or shared with surviving slots when none is free).
     pub fn on_taskmanager_lost(&mut self, tm: &str, free: &[SlotRef]) -> Vec<Action> {
         self.shuffle.taskmanager_lost(tm);
+        if let Some(actions) = self.rescale_after_loss(tm, free) {
+            return actions;
+        }
         let survivors: Vec<SlotRef> = self
             .slot_of_group
             .iter()

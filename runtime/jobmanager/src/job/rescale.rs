@@ -34,24 +34,14 @@ pub struct Rescale {
 }
 
 impl JobMaster {
-    /// Each vertex's bounds (by vertex id): as set, else 1 up to its parallelism.
+    /// Each vertex's bounds (by vertex id): as set, else 1 up to its declared parallelism.
     pub fn resource_requirements(&self) -> BTreeMap<String, ParallelismBounds> {
         self.graph
             .job_graph()
             .vertices()
             .iter()
             .enumerate()
-            .map(|(i, v)| {
-                let bounds = self
-                    .requirements
-                    .get(&(i as u32))
-                    .copied()
-                    .unwrap_or(ParallelismBounds {
-                        lower: 1,
-                        upper: v.parallelism,
-                    });
-                (v.id.clone(), bounds)
-            })
+            .map(|(i, v)| (v.id.clone(), self.bounds(i)))
             .collect()
     }
 
@@ -103,11 +93,8 @@ impl JobMaster {
         let available = (self.slot_of_group.len()
             + free.iter().filter(|s| !self.slot_of_group.contains(s)).count()) as u32;
         let mut target = Vec::with_capacity(job.vertices().len());
-        for (i, v) in job.vertices().iter().enumerate() {
-            let b = next.get(&(i as u32)).copied().unwrap_or(ParallelismBounds {
-                lower: 1,
-                upper: v.parallelism,
-            });
+        for i in 0..job.vertices().len() {
+            let b = next.get(&(i as u32)).copied().unwrap_or(self.bounds(i));
             let p = b.upper.min(available);
             if p < b.lower {
                 return Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots {
@@ -128,11 +115,39 @@ impl JobMaster {
             }
         }
         self.requirements = next;
-        let current: Vec<u32> = self.graph.job_vertices().iter().map(|v| v.parallelism).collect();
-        if current == target {
+        if self.current_parallelism() == target {
             return Ok(Vec::new());
         }
-        tracing::info!(job = %self.id, from = ?current, to = ?target, "rescaling");
+        Ok(self.begin_rescale(target, now_ms, Duration::from_millis(100)))
+    }
+
+    fn current_parallelism(&self) -> Vec<u32> {
+        self.graph.job_vertices().iter().map(|v| v.parallelism).collect()
+    }
+
+    /// A vertex's bounds: as the resource requirements set them, else 1 up to its declared
+    /// parallelism.
+    fn bounds(&self, vertex: usize) -> ParallelismBounds {
+        self.requirements
+            .get(&(vertex as u32))
+            .copied()
+            .unwrap_or(ParallelismBounds {
+                lower: 1,
+                upper: self.declared[vertex],
+            })
+    }
+
+    /// Each vertex's parallelism with `available` slots: its upper bound, or fewer (one slot
+    /// sharing group: a slot runs one subtask of each vertex), at least 1.
+    pub(super) fn target_parallelism(&self, available: u32) -> Vec<u32> {
+        (0..self.declared.len())
+            .map(|i| self.bounds(i).upper.min(available).max(1))
+            .collect()
+    }
+
+    /// Stops the job to start it again at `target` after `delay`.
+    fn begin_rescale(&mut self, target: Vec<u32>, now_ms: u64, delay: Duration) -> Vec<Action> {
+        tracing::info!(job = %self.id, from = ?self.current_parallelism(), to = ?target, "rescaling");
         if let Some(c) = self.checkpoints.as_mut() {
             c.abort(None, "the job rescales");
         }
@@ -141,28 +156,94 @@ impl JobMaster {
         // The new tasks start once the cancellations are under way, as a restart's would.
         actions.push(Action::RestartAfter {
             job_id: self.id.clone(),
-            delay: Duration::from_millis(100),
+            delay,
             vertices: Vec::new(),
         });
-        Ok(actions)
+        actions
     }
 
-    /// The rescale's restart: the graph at the new parallelism (attempt numbers go on), slots
-    /// taken or given back, every task deployed restoring from the latest checkpoint.
-    pub(super) fn apply_rescale(
-        &mut self,
-        target: Vec<u32>,
-        requested_ms: u64,
-        free: &[SlotRef],
-        now_ms: u64,
-    ) -> Vec<Action> {
-        let from: Vec<u32> = self.graph.job_vertices().iter().map(|v| v.parallelism).collect();
+    /// The adaptive scheduler, when slots came: scale up to what the job's slots and the `free`
+    /// ones allow, by at least `min-parallelism-increase`, no sooner than `scaling-interval.min`
+    /// after the job started or last rescaled.
+    pub fn maybe_scale_up(&mut self, free: &[SlotRef], now_ms: u64) -> Vec<Action> {
+        let Some(adaptive) = self.adaptive_scheduler else {
+            return Vec::new();
+        };
+        if self.status != JobStatus::Running
+            || self.pending_rescale.is_some()
+            || now_ms < self.last_scaled_ms + adaptive.scaling_interval_min.as_millis() as u64
+        {
+            return Vec::new();
+        }
+        let held: Vec<&SlotRef> = self.held_slots().collect();
+        let available = (held.len() + free.iter().filter(|s| !held.contains(s)).count()) as u32;
+        let target = self.target_parallelism(available);
+        let current = self.current_parallelism();
+        let increase = target
+            .iter()
+            .zip(&current)
+            .map(|(t, c)| t.saturating_sub(*c))
+            .max()
+            .unwrap_or(0);
+        if increase < adaptive.min_parallelism_increase || target.iter().zip(&current).any(|(t, c)| t < c) {
+            return Vec::new();
+        }
+        self.begin_rescale(target, now_ms, Duration::from_millis(100))
+    }
+
+    /// Reactive: a TaskManager of an adaptive-scheduled job is lost. The job goes on at the
+    /// parallelism the slots left allow (one restart, as for any failure) instead of waiting for
+    /// a replacement. `None`: not adaptive, no slot left, or the restarts are spent (the default
+    /// failover takes it).
+    pub(super) fn rescale_after_loss(&mut self, tm: &str, free: &[SlotRef]) -> Option<Vec<Action>> {
+        self.adaptive_scheduler?;
+        if self.status != JobStatus::Running || self.restarts >= self.restart.attempts {
+            return None;
+        }
+        let mut survivors: Vec<SlotRef> = Vec::new();
+        for s in self.slot_of_group.iter().filter(|s| s.taskmanager != tm) {
+            if !survivors.contains(s) {
+                survivors.push(s.clone());
+            }
+        }
+        let spare = free
+            .iter()
+            .filter(|s| s.taskmanager != tm && !survivors.contains(s))
+            .count();
+        let available = (survivors.len() + spare) as u32;
+        let target = self.target_parallelism(available);
+        let below = (0..self.declared.len()).any(|i| target[i] < self.bounds(i).lower);
+        if available == 0 || below {
+            return None;
+        }
+        self.restarts += 1;
+        self.slot_of_group = survivors;
+        tracing::warn!(job = %self.id, "TaskManager {tm} was lost: the job goes on at the parallelism its slots allow");
+        let (requested, delay) = (self.last_scaled_ms, self.restart.delay);
+        Some(self.begin_rescale(target, requested, delay))
+    }
+
+    /// The adaptive scheduler waits, up to the resource stabilization timeout since submission,
+    /// for the slots its upper bounds want before it starts with fewer.
+    pub fn waits_for_more_slots(&self, free: usize, waited: Duration) -> bool {
+        let Some(adaptive) = self.adaptive_scheduler else {
+            return false;
+        };
+        let wanted = self.target_parallelism(u32::MAX).into_iter().max().unwrap_or(1) as usize;
+        free > 0 && free < wanted && waited < adaptive.stabilization
+    }
+
+    /// The job started (or rescaled) now: the scaling interval counts from here.
+    pub fn mark_scaled(&mut self, now_ms: u64) {
+        self.last_scaled_ms = now_ms;
+    }
+
+    /// Rebuilds the graph at `target` parallelism per vertex, deploying nothing: attempt numbers
+    /// go on; regions, slot sharing groups and the checkpoint coordinator's tasks follow.
+    pub(super) fn regraph(&mut self, target: &[u32]) -> Result<()> {
         let mut job = self.graph.job_graph().clone();
         for (i, &p) in target.iter().enumerate() {
-            if let Err(e) = job.set_parallelism(VertexIndex(i as u32), p) {
-                tracing::error!(job = %self.id, "cannot rescale: {e}");
-                return Vec::new();
-            }
+            job.set_parallelism(VertexIndex(i as u32), p)?;
         }
         let next_attempt = self
             .graph
@@ -185,34 +266,52 @@ impl JobMaster {
         self.location = vec![None; n];
         self.counters = vec![TaskCounters::default(); n];
         self.unplaced.clear();
+        self.missing_once.clear();
+        let (tasks, sources) = checkpoint_tasks(&self.graph);
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.set_tasks(tasks, sources);
+        }
+        Ok(())
+    }
+
+    /// The rescale's restart: the graph at the new parallelism, slots taken or given back, every
+    /// task deployed restoring from the latest checkpoint.
+    pub(super) fn apply_rescale(
+        &mut self,
+        target: Vec<u32>,
+        requested_ms: u64,
+        free: &[SlotRef],
+        now_ms: u64,
+    ) -> Vec<Action> {
+        let from = self.current_parallelism();
+        if let Err(e) = self.regraph(&target) {
+            tracing::error!(job = %self.id, "cannot rescale: {e}");
+            return Vec::new();
+        }
+        let groups = slots::execution_slot_sharing_groups(&self.graph).len();
         // Slots: the first ones the job holds, then free ones; extra ones go back to the pool.
         let spare: Vec<SlotRef> = free
             .iter()
             .filter(|s| !self.slot_of_group.contains(s))
             .cloned()
             .collect();
-        self.slot_of_group.truncate(groups.len());
-        self.slot_of_group.extend(
-            spare
-                .into_iter()
-                .take(groups.len().saturating_sub(self.slot_of_group.len())),
-        );
+        self.slot_of_group.truncate(groups);
+        let missing = groups.saturating_sub(self.slot_of_group.len());
+        self.slot_of_group.extend(spare.into_iter().take(missing));
         // Slots that went away since the request: the groups share the ones the job has.
         let have = self.slot_of_group.len();
-        for k in have..groups.len() {
+        for k in have..groups {
             if have > 0 {
                 let slot = self.slot_of_group[k % have].clone();
                 self.slot_of_group.push(slot);
             }
         }
-        let (tasks, sources) = checkpoint_tasks(&self.graph);
         let mut checkpoint = None;
         if let Some(c) = self.checkpoints.as_mut() {
-            c.set_tasks(tasks, sources);
             c.restarting();
             checkpoint = c.latest.as_ref().map(|l| l.id);
         }
-        self.missing_once.clear();
+        self.last_scaled_ms = now_ms;
         self.last_rescale = Some(Rescale {
             requested_ms,
             deployed_ms: now_ms,

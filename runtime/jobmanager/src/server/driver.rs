@@ -23,8 +23,18 @@ impl JobManager {
                     continue;
                 };
                 let timeout = self.slot_request_timeout(&job.master);
+                // The adaptive scheduler waits a while for all the slots it wants.
+                if job
+                    .master
+                    .waits_for_more_slots(free.len(), job.submitted.elapsed())
+                {
+                    continue;
+                }
                 match job.master.start(&free) {
-                    Ok(a) => actions.extend(a),
+                    Ok(a) => {
+                        job.master.mark_scaled(now_ms());
+                        actions.extend(a)
+                    }
                     Err(Error::Scheduling(floe_scheduler::Error::NotEnoughSlots { needed, available })) => {
                         if job.submitted.elapsed() > timeout {
                             let m = &mut job.master;
@@ -42,10 +52,43 @@ impl JobManager {
         self.perform(actions);
     }
 
+    /// The adaptive scheduler: running jobs that can use more of the slots now free scale up.
+    pub(crate) fn scale_adaptive_jobs(&self) {
+        let mut actions = Vec::new();
+        {
+            let mut state = self.state();
+            let free = Self::free_slots(&state);
+            for job in state.jobs.values_mut() {
+                actions.extend(job.master.maybe_scale_up(&free, now_ms()));
+            }
+        }
+        self.perform(actions);
+    }
+
     /// How long `job` waits for its slots: its `slot.request.timeout`, else this JobManager's.
     fn slot_request_timeout(&self, job: &JobMaster) -> Duration {
         job.slot_request_timeout
             .unwrap_or(self.inner.config.slot_request_timeout)
+    }
+
+    /// An adaptive-scheduled job waiting for more slots starts with what it has once its
+    /// resource stabilization timeout passed, even if no TaskManager event comes.
+    pub(crate) fn start_after_stabilization(&self, id: &str) {
+        let wait = {
+            let state = self.state();
+            match state.jobs.get(id).and_then(|j| j.master.adaptive_scheduler) {
+                Some(a) => a.stabilization,
+                None => return,
+            }
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(wait + Duration::from_millis(100)).await;
+            this.try_start_jobs();
+        });
     }
 
     /// Looks at job `id` again once its slot request timeout has passed, so a job that never got

@@ -320,6 +320,7 @@ impl JobManager {
         }
         self.try_start_jobs();
         self.fail_unstarted_after_timeout(&id);
+        self.start_after_stabilization(&id);
         Ok(id)
     }
 
@@ -630,6 +631,7 @@ impl JobManager {
             loop {
                 tick.tick().await;
                 monitor.check_heartbeats();
+                monitor.scale_adaptive_jobs();
             }
         });
         let checkpoints = self.clone();
