@@ -157,6 +157,28 @@ impl PipelinedRegionSchedulingStrategy {
         self.schedule_ready(graph, regions, affected)
     }
 
+    /// Partitions whose data is gone (their TaskManager was lost, a consumer could not read them):
+    /// not produced any more, so no consumer is scheduled to read them until they are produced
+    /// again. A restart already pending for a consumer then waits for its producer.
+    pub fn partitions_lost(&mut self, graph: &ExecutionGraph, partitions: &[PartitionId]) {
+        for &p in partitions {
+            if !graph.result(p.result).partition_type.is_blocking() {
+                continue;
+            }
+            let Some(slot) = self
+                .produced
+                .get_mut(p.result.0 as usize)
+                .and_then(|r| r.get_mut(p.partition as usize))
+            else {
+                continue;
+            };
+            if *slot {
+                *slot = false;
+                self.unfinished[graph.group_of(p).0 as usize] += 1;
+            }
+        }
+    }
+
     /// Whether a blocking partition is produced.
     pub fn is_produced(&self, partition: PartitionId) -> bool {
         self.produced[partition.result.0 as usize][partition.partition as usize]
@@ -314,6 +336,27 @@ mod tests {
             result: crate::job_graph::ResultIndex(1),
             partition: 0
         }));
+        assert_eq!(s.on_execution_finished(&g, &r, ev(1, 0)).len(), 3);
+    }
+
+    #[test]
+    fn a_lost_partition_holds_back_its_consumers_until_produced_again() {
+        let (g, r, mut s) = setup(BatchShuffleMode::AllExchangesBlocking);
+        s.start_scheduling(&g, &r);
+        for k in 0..4 {
+            s.on_execution_finished(&g, &r, ev(0, k));
+        }
+        for k in 0..3 {
+            s.on_execution_finished(&g, &r, ev(1, k));
+        }
+        // map#0's output is lost before the last map finishes: the reducers are not released.
+        let lost = PartitionId {
+            result: crate::job_graph::ResultIndex(1),
+            partition: 0,
+        };
+        s.partitions_lost(&g, &[lost]);
+        assert!(!s.is_produced(lost));
+        assert!(s.on_execution_finished(&g, &r, ev(1, 3)).is_empty());
         assert_eq!(s.on_execution_finished(&g, &r, ev(1, 0)).len(), 3);
     }
 }

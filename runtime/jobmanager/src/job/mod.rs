@@ -753,7 +753,8 @@ impl JobMaster {
     /// A TaskManager is gone: executions there fail, its partitions are unavailable, and its slots are
     /// replaced by free ones (or shared with surviving slots when none is free).
     pub fn on_taskmanager_lost(&mut self, tm: &str, free: &[SlotRef]) -> Vec<Action> {
-        self.shuffle.taskmanager_lost(tm);
+        let lost = self.shuffle.taskmanager_lost(tm);
+        let lost_producers = self.partitions_gone(&lost);
         if let Some(actions) = self.rescale_after_loss(tm, free) {
             return actions;
         }
@@ -787,7 +788,7 @@ impl JobMaster {
                 };
             }
         }
-        let victims: Vec<ExecutionVertexId> = self
+        let mut victims: Vec<ExecutionVertexId> = self
             .graph
             .execution_vertices()
             .filter(|e| !e.current.state.is_terminal())
@@ -798,6 +799,9 @@ impl JobMaster {
             })
             .map(|e| e.id)
             .collect();
+        // Finished producers whose output went with the TaskManager and is still to be read: they
+        // run again (with their consumers), as Flink restarts the producer of a lost partition.
+        victims.extend(lost_producers);
         if victims.is_empty() {
             return Vec::new();
         }
@@ -806,6 +810,44 @@ impl JobMaster {
             &victims,
             format!("TaskManager {tm} was lost (heartbeat timed out)"),
         )
+    }
+
+    /// Partitions whose data is gone: no consumer is scheduled on them until produced again.
+    /// Returns the finished producers among them that some unfinished consumer still needs.
+    pub(crate) fn partitions_gone(&mut self, lost: &[ResultPartitionId]) -> Vec<ExecutionVertexId> {
+        let mut gone = Vec::new();
+        for id in lost.iter().filter(|p| p.job_id == self.id) {
+            let p = PartitionId {
+                result: floe_scheduler::job_graph::ResultIndex(id.result),
+                partition: id.partition,
+            };
+            let current = self.partition_id(p);
+            if current.attempt == id.attempt && self.graph.results().len() > id.result as usize {
+                gone.push(p);
+            }
+        }
+        self.strategy.partitions_lost(&self.graph, &gone);
+        let mut producers = Vec::new();
+        for p in gone {
+            let producer = self.graph.producer_of(p);
+            let finished = self
+                .graph
+                .execution_vertex(producer)
+                .is_ok_and(|e| e.current.state == ExecutionState::Finished);
+            let group = self.graph.group(self.graph.group_of(p));
+            let needed = group.consumers.clone().any(|c| {
+                self.graph
+                    .execution_vertex(ExecutionVertexId {
+                        vertex: group.consumer,
+                        subtask: c,
+                    })
+                    .is_ok_and(|e| e.current.state != ExecutionState::Finished)
+            });
+            if finished && needed && !producers.contains(&producer) {
+                producers.push(producer);
+            }
+        }
+        producers
     }
 
     /// The TaskManager said attempt `id` failed for a reason no restart can fix (Flink's

@@ -123,5 +123,8 @@ impl JobMaster {
                 tracing::info!(job = %self.id, partition = %p, "a consumer could not read a finished partition: it will be produced again");
             }
         }
+        // The failure this report comes with restarts the producers; until then nothing more is
+        // scheduled on the partitions.
+        self.partitions_gone(partitions);
     }
 }

@@ -636,3 +636,42 @@ fn adaptive_settings_are_checked_naming_the_key() {
          positive integer, got \"none\""
     );
 }
+
+/// A TaskManager that ran only finished tasks is lost while their output is still to be read:
+/// the producers run again (one restart), and no consumer is deployed on the lost output in the
+/// meantime (a cluster test once saw a reducer deployed reading a partition whose TaskManager
+/// was gone, failing until the restarts ran out).
+#[test]
+fn lost_output_of_finished_producers_is_produced_again_before_anyone_reads_it() {
+    let mut job = seed_job();
+    job.start(&slots()[..4]).unwrap();
+    // source#3 and map#3 run on tm1 and finish; the other maps are still running.
+    for k in 0..4 {
+        finish(&mut job, ev(0, k));
+    }
+    finish(&mut job, ev(1, 3));
+    let actions = job.on_taskmanager_lost("tm1", &slots()[..3]);
+    let restart = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::RestartAfter { vertices, .. } => Some(vertices.clone()),
+            _ => None,
+        })
+        .expect("the lost output's producers restart");
+    assert!(
+        restart.contains(&ev(1, 3)) && restart.contains(&ev(0, 3)),
+        "{restart:?}"
+    );
+    assert_eq!(job.restarts, 1, "one lost TaskManager, one restart");
+    // The other maps finish before the restart runs: the reducers wait for map#3 again.
+    for k in 0..3 {
+        assert!(deployed(&finish(&mut job, ev(1, k)), &job).is_empty());
+    }
+    let again = job.restart(&restart, &slots()[..3], 0);
+    assert_eq!(deployed(&again, &job), ["source#3"]);
+    finish(&mut job, ev(0, 3));
+    assert_eq!(
+        deployed(&finish(&mut job, ev(1, 3)), &job),
+        ["reduce#0", "reduce#1", "reduce#2"]
+    );
+}
