@@ -2,8 +2,10 @@
 //! with its Helm chart, then
 //! 1. `examples/wordcount.yaml` applied: `kubectl get flinkjob` reaches FINISHED, the output equals the
 //!    reference count, and deleting the FlinkJob removes its pods, Services, Deployments, ConfigMap;
-//! 2. an unbounded streaming job suspended (`spec.job.state: suspended`: no pods left) and resumed
-//!    (RUNNING again).
+//! 2. an unbounded streaming job under the adaptive scheduler runs at the 2 slots of its one
+//!    TaskManager, rescales to 4 after `kubectl scale flinkjob stream --replicas 2`
+//!    (`status.jobStatus.parallelism`), then is suspended (`spec.job.state: suspended`: no pods
+//!    left) and resumed (RUNNING again).
 //!
 //! Needs `kind`, `kubectl`, `helm` and a Docker engine. Where one is missing the test prints
 //! `SKIPPED: <what is missing>` and is reported as ignored, never as passed; with
@@ -187,7 +189,7 @@ fn streaming_job_suspends_and_resumes(cluster: &Cluster) -> Result<(), Failed> {
     images::write(
         &manifest,
         &format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: stream }}\nspec:\n  image: {WORKER}\n  job:\n    name: pipeline\n    args: [\"--output\", \"out/stream\", \"--records\", \"0\", \"--rate\", \"2000\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 2, slots: 2 }}\n  storage: {{ url: \"file:///var/lib/floe\" }}\n"
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: stream }}\nspec:\n  image: {WORKER}\n  job:\n    name: pipeline\n    args: [\"--output\", \"out/stream\", \"--records\", \"0\", \"--rate\", \"2000\"]\n    parallelism: 4\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 2 }}\n  storage: {{ url: \"file:///var/lib/floe\" }}\n  configuration:\n    execution.checkpointing.interval: \"1 s\"\n    jobmanager.scheduler: adaptive\n    jobmanager.adaptive-scheduler.resource-stabilization-timeout: \"2 s\"\n    jobmanager.adaptive-scheduler.scaling-interval.min: \"5 s\"\n"
         ),
     );
     cluster.kubectl(&["apply", "-f", manifest.to_str().unwrap()]);
@@ -200,6 +202,23 @@ fn streaming_job_suspends_and_resumes(cluster: &Cluster) -> Result<(), Failed> {
     ];
     let pods = ["get", "pods", "-l", "floe.dev/job=stream", "-o", "name"];
     cluster.wait_for("stream", &state, "RUNNING", Duration::from_secs(300))?;
+    // Issue 12: the adaptive scheduler runs the job at the 2 slots one TaskManager has; `kubectl
+    // scale` adds a TaskManager and the running job rescales to 4 without a new JobManager.
+    let parallelism = [
+        "get",
+        "flinkjob",
+        "stream",
+        "-o",
+        "jsonpath={.status.jobStatus.parallelism}",
+    ];
+    cluster.wait_for("stream at 2", &parallelism, "2", Duration::from_secs(120))?;
+    cluster.kubectl(&["scale", "flinkjob", "stream", "--replicas", "2"]);
+    cluster.wait_for(
+        "stream rescaled to 4",
+        &parallelism,
+        "4",
+        Duration::from_secs(180),
+    )?;
     let suspend = r#"{"spec":{"job":{"state":"suspended"}}}"#;
     cluster.kubectl(&["patch", "flinkjob", "stream", "--type", "merge", "-p", suspend]);
     let lifecycle = [

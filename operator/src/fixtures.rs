@@ -68,6 +68,7 @@ fn job_running(state: &str) -> JobOverview {
         state: state.into(),
         start_time_ms: Some(1_764_460_800_000),
         failure: None,
+        parallelism: Some(4),
     }
 }
 
@@ -332,6 +333,7 @@ async fn status_follows_the_jobmanager_to_running_and_finished() {
         assert_eq!(s["jobStatus"]["state"], "RUNNING");
         assert_eq!(s["jobStatus"]["jobId"], "a1b2");
         assert_eq!(s["jobStatus"]["startTime"], "1764460800000");
+        assert_eq!(s["jobStatus"]["parallelism"], 4);
         assert_eq!(s["lifecycleState"], "STABLE");
         assert_eq!(s["conditions"][0]["status"], "True");
     }));
@@ -365,6 +367,45 @@ async fn status_follows_the_jobmanager_to_running_and_finished() {
 
 /// Issue 17: a parallelism the TaskManagers cannot hold is a condition and a Warning event (once),
 /// while the objects are still applied: the job may get its slots when the spec changes.
+/// Issue 12, part 4: `kubectl scale flinkjob wordcount --replicas 4` changes only
+/// `spec.taskManager.replicas` (the scale subresource). Reconcile patches the TaskManager
+/// Deployment to 4 and leaves the JobManager's pod alone (its template hashes the manifest without
+/// the replicas); the adaptive scheduler in the JobManager rescales the
+/// running job to the new slots, and the status shows the parallelism it reports.
+#[tokio::test]
+async fn a_scaled_flinkjob_gets_more_taskmanagers_and_its_status_the_new_parallelism() {
+    let mut before = resource(true);
+    before
+        .spec
+        .configuration
+        .insert("jobmanager.scheduler".into(), "adaptive".into());
+    let mut at_two = job_running("RUNNING");
+    at_two.parallelism = Some(2);
+    let running = computed(&before, crate::status::Observed::Job(at_two));
+    let defaults = Defaults { image: "x".into() };
+    let before_objects = crate::resources::desired(&before, &defaults);
+    let mut scaled = with_status(before, running);
+    scaled.spec.task_manager.replicas = 4;
+    scaled.metadata.generation = Some(2);
+    let after_objects = crate::resources::desired(&scaled, &defaults);
+    assert_eq!(
+        after_objects.jobmanager.spec.as_ref().map(|s| &s.template),
+        before_objects.jobmanager.spec.as_ref().map(|s| &s.template),
+        "the JobManager's pod is not replaced"
+    );
+    let jm = ScriptedJobManager::new(Ok(Some(job_running("RUNNING"))));
+    let mut script = applies(1, 4);
+    script.push(status_patch(|s| {
+        assert_eq!(s["taskManagers"], 4);
+        assert_eq!(s["jobStatus"]["state"], "RUNNING");
+        assert_eq!(
+            s["jobStatus"]["parallelism"], 4,
+            "as the JobManager reports it after rescaling"
+        );
+    }));
+    run(scaled, jm, script).await;
+}
+
 #[tokio::test]
 async fn a_parallelism_above_replicas_times_slots_gets_a_condition_and_an_event() {
     let jm = ScriptedJobManager::new(Err("connection refused".into()));

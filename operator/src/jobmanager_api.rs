@@ -32,6 +32,9 @@ pub struct JobOverview {
     pub state: String,
     pub start_time_ms: Option<u64>,
     pub failure: Option<String>,
+    /// The highest parallelism of its vertices now (the adaptive scheduler changes it with the
+    /// TaskManagers the job has).
+    pub parallelism: Option<u32>,
 }
 
 impl JobOverview {
@@ -87,6 +90,13 @@ struct JobDetails {
     start_time: Option<u64>,
     #[serde(rename = "failure-cause")]
     failure_cause: Option<String>,
+    #[serde(default)]
+    vertices: Vec<VertexDetails>,
+}
+
+#[derive(Deserialize)]
+struct VertexDetails {
+    parallelism: u32,
 }
 
 impl RestClient {
@@ -143,6 +153,7 @@ impl JobManagerApi for RestClient {
                 state: d.state,
                 start_time_ms: d.start_time,
                 failure: d.failure_cause.filter(|f| !f.is_empty()),
+                parallelism: d.vertices.iter().map(|v| v.parallelism).max(),
             };
             if newest
                 .as_ref()

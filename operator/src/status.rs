@@ -108,12 +108,14 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         job_id: previous_id.clone(),
         state: state.into(),
         start_time: previous.job_status.as_ref().and_then(|s| s.start_time.clone()),
+        parallelism: previous.job_status.as_ref().and_then(|s| s.parallelism),
     };
     let from_job = |j: &JobOverview| JobStatusInfo {
         job_name: Some(j.name.clone()),
         job_id: Some(j.id.clone()),
         state: j.state.clone(),
         start_time: j.start_time_ms.map(|t| t.to_string()),
+        parallelism: j.parallelism,
     };
     let (job_status, lifecycle, ready, error) = match observed {
         Observed::InvalidSpec(message) => (
@@ -244,6 +246,7 @@ mod tests {
             state: state.into(),
             start_time_ms: Some(1_700_000_000_000),
             failure: None,
+            parallelism: Some(4),
         }
     }
 

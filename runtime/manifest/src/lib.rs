@@ -306,6 +306,10 @@ pub struct JobStatusInfo {
     /// Milliseconds since the epoch, as Flink's operator writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<String>,
+    /// The job's parallelism now (the highest of its vertices'): with
+    /// `jobmanager.scheduler: adaptive` it follows the TaskManagers `kubectl scale` gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<u32>,
 }
 
 /// A manifest file: the resource plus the two fields a file carries that the resource type leaves to
