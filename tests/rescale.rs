@@ -4,26 +4,34 @@
 //! latest checkpoint with its keyed state redistributed by key groups, the sources' splits and the
 //! sinks' pending parts dealt to the new subtasks. The committed output must equal the fault-free
 //! output exactly (one update per input word, the last one the word's count), for both state
-//! backends.
+//! backends, with checkpoints on `file://` and on `s3://` (moto; `SKIPPED` and ignored where
+//! `moto_server` is missing, unless `FLOE_REQUIRE_MOTO` is set). Under the adaptive scheduler the
+//! job follows the TaskManagers it has.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use floe_storage::testing::MotoServer;
+use libtest_mimic::{Arguments, Failed, Trial};
 
 use common::processes::{jobmanager, jobmanager_with, taskmanager, wait_job};
 
 const RECORDS: u64 = 60_000;
 
 fn manifest(dir: &Path, output: &Path, backend: &str) -> std::path::PathBuf {
-    manifest_of(dir, output, backend, RECORDS, 2, "")
+    let storage = format!("file://{}", dir.join("storage").display());
+    manifest_of(dir, output, backend, &storage, RECORDS, 2, "")
 }
 
 fn manifest_of(
     dir: &Path,
     output: &Path,
     backend: &str,
+    storage: &str,
     records: u64,
     parallelism: u32,
     extra: &str,
@@ -32,9 +40,8 @@ fn manifest_of(
     std::fs::write(
         &path,
         format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n{extra}",
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{records}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"{storage}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n{extra}",
             output.display(),
-            dir.join("storage").display()
         ),
     )
     .unwrap();
@@ -65,10 +72,22 @@ fn rescale_to(rest: &str, id: &str, vertices: &[String], upper: u32) -> (u16, se
     )
 }
 
-fn rescales_while_running(backend: &str) {
-    let dir = common::scratch(&format!("rescale-{backend}"));
+fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), Failed> {
+    let where_ = if s3.is_some() { "s3" } else { "file" };
+    let dir = common::scratch(&format!("rescale-{backend}-{where_}"));
     let output = dir.join("out");
-    let m = manifest(&dir, &output, backend);
+    let m = match s3 {
+        None => manifest(&dir, &output, backend),
+        Some(server) => {
+            let conf: String = server
+                .conf()
+                .iter()
+                .map(|(k, v)| format!("    {k}: \"{v}\"\n"))
+                .collect();
+            let storage = server.url(&format!("rescale-{backend}"));
+            manifest_of(&dir, &output, backend, &storage, RECORDS, 2, &conf)
+        }
+    };
     let (_jm, rpc, rest) = jobmanager(&m, &dir.join("jm.log"));
     let _tm = taskmanager(&rpc, 4);
     let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
@@ -125,23 +144,13 @@ fn rescales_while_running(backend: &str) {
         std::fs::read_to_string(dir.join("jm.log")).unwrap_or_default()
     );
     common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
-    println!("{backend}: rescaled 2 -> 4 -> 1 -> 3 from checkpoints {restored:?}; output exact");
+    println!("{backend} on {where_}: rescaled 2 -> 4 -> 1 -> 3 from checkpoints {restored:?}; output exact");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn a_hashmap_job_rescales_2_4_1_3_exactly_once() {
-    rescales_while_running("hashmap");
-}
-
-#[test]
-fn a_rocksdb_job_rescales_2_4_1_3_exactly_once() {
-    rescales_while_running("rocksdb");
+    Ok(())
 }
 
 /// Bounds a job cannot run at are refused with a message naming what is wrong.
-#[test]
-fn bad_resource_requirements_name_the_problem() {
+fn bad_resource_requirements_name_the_problem() -> Result<(), Failed> {
     let dir = common::scratch("rescale-bad");
     let m = manifest(&dir, &dir.join("out"), "hashmap");
     let (_jm, rpc, rest) = jobmanager(&m, &dir.join("jm.log"));
@@ -194,6 +203,7 @@ fn bad_resource_requirements_name_the_problem() {
     let (status, answer) = common::http_with_body("PUT", &rest, &path, "[1]");
     assert_eq!(status, 400, "{answer}");
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// Every vertex's parallelism.
@@ -210,15 +220,16 @@ fn parallelism(job: &serde_json::Value) -> Vec<u64> {
 /// the 2 slots one TaskManager offers once the stabilization timeout passed, scales up to 4 when a
 /// second TaskManager registers (after the scaling interval), and goes on at 2 when that
 /// TaskManager is killed with no replacement (reactive). The output is exact.
-#[test]
-fn the_adaptive_scheduler_follows_the_taskmanagers() {
+fn the_adaptive_scheduler_follows_the_taskmanagers() -> Result<(), Failed> {
     let dir = common::scratch("rescale-adaptive");
     let output = dir.join("out");
     let records = 120_000;
+    let storage = format!("file://{}", dir.join("storage").display());
     let m = manifest_of(
         &dir,
         &output,
         "hashmap",
+        &storage,
         records,
         4,
         "    jobmanager.scheduler: adaptive\n    jobmanager.adaptive-scheduler.resource-stabilization-timeout: \"1 s\"\n    jobmanager.adaptive-scheduler.scaling-interval.min: \"2 s\"\n    restart-strategy.fixed-delay.delay: \"200 ms\"\n",
@@ -261,4 +272,36 @@ fn the_adaptive_scheduler_follows_the_taskmanagers() {
     );
     common::assert_streaming_output(&output, &common::pipeline_reference(42, records));
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let moto = MotoServer::for_tests("rescaling with checkpoints on s3://", "floe-rescale");
+    let mut trials = Vec::new();
+    for backend in ["hashmap", "rocksdb"] {
+        trials.push(Trial::test(
+            format!("{backend}_file_rescales_2_4_1_3_exactly_once"),
+            move || rescales_while_running(backend, None),
+        ));
+    }
+    let s3 = "rocksdb_s3_rescales_2_4_1_3_exactly_once";
+    match &moto {
+        Some(server) => {
+            let server: Arc<MotoServer> = server.clone();
+            trials.push(Trial::test(s3, move || {
+                rescales_while_running("rocksdb", Some(&server))
+            }));
+        }
+        None => trials.push(Trial::test(s3, || Ok(())).with_ignored_flag(true)),
+    }
+    trials.push(Trial::test(
+        "bad_resource_requirements_name_the_problem",
+        bad_resource_requirements_name_the_problem,
+    ));
+    trials.push(Trial::test(
+        "the_adaptive_scheduler_follows_the_taskmanagers",
+        the_adaptive_scheduler_follows_the_taskmanagers,
+    ));
+    libtest_mimic::run(&args, trials).exit();
 }

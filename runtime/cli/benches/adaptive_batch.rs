@@ -100,6 +100,24 @@ fn output(dir: &Path) -> Vec<String> {
     lines
 }
 
+/// A log line without its terminal color codes.
+fn strip_colors(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mib = arg(&args, "--mib", 1024);
@@ -146,7 +164,7 @@ fn main() {
                 decided = jm
                     .lines()
                     .filter(|l| l.contains("parallelism decided"))
-                    .map(str::to_string)
+                    .map(strip_colors)
                     .collect::<Vec<_>>()
                     .join("\n");
             }

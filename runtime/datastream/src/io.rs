@@ -831,6 +831,10 @@ pub(crate) struct FileSinkState {
     /// are unique within a lineage, so a restore deletes exactly its lineage's parts after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<String>,
+    /// Lineages this sink took over from other subtasks in a rescale and numbers no parts in: their
+    /// abandoned in-progress parts (of attempts a rescale cancelled) are its to remove at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taken_over: Vec<String>,
 }
 
 /// `sink_to_file`. Without checkpointing: `.part-{subtask}-{attempt}.inprogress`, renamed to
@@ -971,6 +975,7 @@ impl FileSinkIo {
         // (lineage, its pending parts, the first part number the restored checkpoint does not
         // cover) of every state taken over; this sink numbers on in the first one's lineage.
         let own = self.subtask.to_string();
+        let mut inherited = Vec::new();
         let taken: Vec<(String, Vec<String>, u64)> = match self.restore.take() {
             // A fresh start: this subtask's earlier parts are not part of this run.
             None => vec![(own, Vec::new(), 0)],
@@ -980,6 +985,7 @@ impl FileSinkIo {
             Some((_, states)) => states
                 .into_iter()
                 .map(|st| {
+                    inherited.extend(st.taken_over);
                     (
                         st.lineage.unwrap_or_else(|| own.clone()),
                         st.pending,
@@ -1013,6 +1019,11 @@ impl FileSinkIo {
             }
         }
         self.lineages = taken.iter().map(|(l, _, _)| l.clone()).collect();
+        for l in inherited {
+            if !self.lineages.contains(&l) {
+                self.lineages.push(l);
+            }
+        }
         let (lineage, _, next_part) = taken.into_iter().next().unwrap_or_default();
         self.lineage = lineage;
         self.next_part = next_part;
@@ -1117,6 +1128,12 @@ impl SinkIo for FileSinkIo {
             pending: self.pending.iter().map(|(_, name)| name.clone()).collect(),
             next_part: self.next_part,
             lineage: Some(self.lineage.clone()),
+            taken_over: self
+                .lineages
+                .iter()
+                .filter(|l| **l != self.lineage)
+                .cloned()
+                .collect(),
         };
         Ok(Some(serde_json::to_string(&state).unwrap_or_default()))
     }
@@ -1413,6 +1430,9 @@ mod tests {
             .expect("write");
         let state = merged.pre_commit(2).await.expect("pre-commit").expect("state");
         merged.commit(2).await.expect("commit");
+        // An attempt of old subtask 1 cancelled by the rescale left a part in progress.
+        std::fs::write(dir.join(".part-1-9-cancelled.inprogress"), "abandoned\n").expect("write");
+        assert!(state.contains("\"taken_over\":[\"1\"]"), "{state}");
         let mut contents: Vec<String> = committed(&dir).into_values().collect();
         contents.sort();
         assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
@@ -1439,6 +1459,19 @@ mod tests {
         contents.sort();
         assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
         assert!(state.contains("\"lineage\":\"0\""), "{state}");
+        // Subtask 0 of three continues lineage 0 and, at its end, removes what old subtask 1's
+        // cancelled attempt left in progress: no hidden part is left behind.
+        let last = Box::new(FileSinkIo::new(
+            url.clone(),
+            &sink_context_of(0, restore(2, vec![state.clone()])),
+        ));
+        last.close().await.expect("close");
+        let hidden: Vec<String> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".inprogress"))
+            .collect();
+        assert!(hidden.is_empty(), "{hidden:?}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
