@@ -43,6 +43,7 @@ impl JobRegistry {
         let mut r = Self::new();
         r.register("wordcount", wordcount);
         r.register("pipeline", pipeline);
+        r.register("keyed-state", keyed_state);
         r
     }
 
@@ -266,6 +267,63 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
     };
     slowed.sink_to_file(&a["output"]).set_parallelism(rp);
     Ok(())
+}
+
+/// The built-in `keyed-state`: a keyed running count over many distinct keys, for state-size
+/// benchmarks (rescale downtime with a large RocksDB state).
+/// `--output PATH --keys K [--key-bytes B (default 100)] [--records N (default 3 K)]
+/// [--emit-every E (default 1000)]`: record n counts key n mod K, a B-byte string of hex digits
+/// mixed from it (so the state does not compress to nothing); a key's count is written
+/// (`key<TAB>count`) when it reaches a multiple of E.
+pub fn keyed_state(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
+    let a = parse_args(
+        args,
+        &["output", "keys", "key-bytes", "records", "emit-every"],
+        &["output", "keys"],
+    )?;
+    location_args(&a, &["output"])?;
+    let positive = |key: &str, default: Option<u64>| -> Result<u64> {
+        match (a.get(key), default) {
+            (None, Some(d)) => Ok(d),
+            (None, None) => Err(Error::argument(&format!("--{key}"), "is required")),
+            (Some(v), _) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(Error::argument(
+                    &format!("--{key}"),
+                    format!("expected a positive integer, got {v:?}"),
+                )),
+            },
+        }
+    };
+    let keys = positive("keys", None)?;
+    let width = usize::try_from(positive("key-bytes", Some(100))?)
+        .map_err(|_| Error::argument("--key-bytes", "too large"))?;
+    let records = positive("records", Some(keys.saturating_mul(3)))?;
+    let emit = positive("emit-every", Some(1000))?;
+    env.generate_sequence(0, records - 1)
+        .map(move |n: u64| (state_key(n % keys, width), 1u64))
+        .name("Key")
+        .key_by_ref(|p: &(String, u64)| &p.0)
+        .sum()
+        .filter(move |p: &(String, u64)| p.1 % emit == 0)
+        .sink_to_file(&a["output"]);
+    Ok(())
+}
+
+/// Key `k` of `keyed-state`: `width` hex digits of a SplitMix64 sequence seeded by `k`.
+fn state_key(k: u64, width: usize) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(width + 16);
+    let mut x = k;
+    while out.len() < width {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let _ = write!(out, "{:016x}", z ^ (z >> 31));
+    }
+    out.truncate(width);
+    out
 }
 
 #[cfg(test)]
