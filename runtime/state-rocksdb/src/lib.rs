@@ -6,8 +6,8 @@
 //! the snapshot lists every file it needs, shared ones included.
 //!
 //! Keys are `key group (u32 BE) | state name length (u8) | state name | key`, so one key group's
-//! entries are contiguous and a restore to a different key-group range is a range delete (one
-//! snapshot) or a range copy (several).
+//! entries are contiguous and a restore to a different key-group range is a range delete of the
+//! largest snapshot's database plus a range copy of every other one's.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -55,6 +55,9 @@ fn backend_error(dir: &Path, e: impl std::fmt::Display) -> Error {
         message: e.to_string(),
     }
 }
+
+/// Bytes of keys and values a rescaling restore copies per write batch.
+const COPY_BATCH_BYTES: usize = 4 << 20;
 
 fn key_group_prefix(key_group: u32) -> [u8; 4] {
     key_group.to_be_bytes()
@@ -142,9 +145,15 @@ impl RocksDbStateBackend {
         })
     }
 
-    /// Rebuilds `key_groups` from snapshots. One snapshot (same parallelism): its files become the
-    /// database, other key groups are range-deleted, and its SST files count as uploaded, so the
-    /// next checkpoint stays incremental. Several (rescaled): the range is copied out of each.
+    /// Rebuilds `key_groups` from snapshots of disjoint key-group ranges (one vertex's subtasks at
+    /// one checkpoint, as `floe_checkpoint::redistribute` picks them; Flink's RocksDB rescaling):
+    /// the snapshot holding the
+    /// most state becomes the database as it is (its files downloaded, the key groups outside the
+    /// range deleted with two range deletes: "clipping"), and the range of every other snapshot is
+    /// copied in, in write batches. One snapshot (an unchanged parallelism, or a scale-up) is
+    /// clipping alone. The base's SST files count as uploaded, so the next checkpoint stays
+    /// incremental. Clipping costs a download; copying also reads and writes every key, so the
+    /// largest snapshot is the one not copied.
     pub async fn restore(
         base: &Path,
         store: &ObjectStore,
@@ -152,41 +161,53 @@ impl RocksDbStateBackend {
         key_groups: Range<u32>,
     ) -> Result<Self> {
         let _ = tokio::fs::remove_dir_all(base).await;
-        if let [snapshot] = snapshots {
-            download(store, snapshot, &base.join("db")).await?;
-            let uploaded = snapshot
-                .files
-                .iter()
-                .filter(|o| o.ends_with(".sst"))
-                .map(|o| (local_name(o).to_string(), (o.clone(), 0)))
-                .collect();
-            let backend = Self::open_db(base, key_groups.clone(), uploaded)?;
-            let mut batch = WriteBatch::default();
-            batch.delete_range(key_group_prefix(0), key_group_prefix(key_groups.start));
-            batch.delete_range(key_group_prefix(key_groups.end).to_vec(), vec![0xffu8; 5]);
-            backend
-                .db
-                .write_opt(batch, &backend.write)
-                .map_err(|e| backend_error(base, e))?;
-            return Ok(backend);
-        }
-        std::fs::create_dir_all(base).map_err(|e| backend_error(base, e))?;
-        let backend = Self::open_db(base, key_groups.clone(), BTreeMap::new())?;
+        let Some(largest) = (0..snapshots.len()).max_by_key(|&i| snapshots[i].state_bytes) else {
+            std::fs::create_dir_all(base).map_err(|e| backend_error(base, e))?;
+            return Self::open_db(base, key_groups, BTreeMap::new());
+        };
+        let first = &snapshots[largest];
+        download(store, first, &base.join("db")).await?;
+        let uploaded = first
+            .files
+            .iter()
+            .filter(|o| o.ends_with(".sst"))
+            .map(|o| (local_name(o).to_string(), (o.clone(), 0)))
+            .collect();
+        let backend = Self::open_db(base, key_groups.clone(), uploaded)?;
+        let mut clip = WriteBatch::default();
+        clip.delete_range(key_group_prefix(0), key_group_prefix(key_groups.start));
+        clip.delete_range(key_group_prefix(key_groups.end).to_vec(), vec![0xffu8; 5]);
+        backend
+            .db
+            .write_opt(clip, &backend.write)
+            .map_err(|e| backend_error(base, e))?;
         for (i, snapshot) in snapshots.iter().enumerate() {
+            if i == largest {
+                continue;
+            }
             let dir = base.join(format!("restore-{i}"));
             download(store, snapshot, &dir).await?;
             let source = DB::open(&options(), &dir).map_err(|e| backend_error(&dir, e))?;
             let from = key_group_prefix(key_groups.start);
+            let mut batch = WriteBatch::default();
             for entry in source.iterator(IteratorMode::From(&from, rocksdb::Direction::Forward)) {
                 let (k, v) = entry.map_err(|e| backend_error(&dir, e))?;
                 if k.len() < 4 || u32::from_be_bytes([k[0], k[1], k[2], k[3]]) >= key_groups.end {
                     break;
                 }
-                backend
-                    .db
-                    .put_opt(&k, &v, &backend.write)
-                    .map_err(|e| backend_error(base, e))?;
+                batch.put(&k, &v);
+                if batch.size_in_bytes() >= COPY_BATCH_BYTES {
+                    let full = std::mem::take(&mut batch);
+                    backend
+                        .db
+                        .write_opt(full, &backend.write)
+                        .map_err(|e| backend_error(base, e))?;
+                }
             }
+            backend
+                .db
+                .write_opt(batch, &backend.write)
+                .map_err(|e| backend_error(base, e))?;
             drop(source);
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -436,15 +457,48 @@ mod tests {
                 .unwrap();
         assert!(part.get("count", 40, &40u64.to_be_bytes()).unwrap().is_some());
         assert!(part.get("count", 6, &6u64.to_be_bytes()).unwrap().is_none());
-        let merged = RocksDbStateBackend::restore(&dir.join("r2"), &objects, &[first, second], 32..64)
+        // Rescaled: two subtasks' snapshots of disjoint key groups (0..64 and 64..128, as at
+        // parallelism 2) restored into 32..96 (a subtask at another parallelism): the larger is
+        // clipped, the other's range copied in.
+        let mut other = RocksDbStateBackend::open(&dir.join("task-1"), 64..128).unwrap();
+        for i in (0..n).filter(|i| i % 128 >= 64) {
+            other
+                .put("count", (i % 128) as u32, &i.to_be_bytes(), &value(i, 2, 200))
+                .unwrap();
+        }
+        let low =
+            RocksDbStateBackend::restore(&dir.join("low"), &objects, std::slice::from_ref(&second), 0..64)
+                .await
+                .unwrap();
+        let mut low = low;
+        let low_snapshot = low
+            .prepare_snapshot(3)
+            .unwrap()
+            .upload(&target(&objects, 3, "t0"))
             .await
             .unwrap();
+        let high_snapshot = other
+            .prepare_snapshot(3)
+            .unwrap()
+            .upload(&target(&objects, 3, "t1"))
+            .await
+            .unwrap();
+        let merged =
+            RocksDbStateBackend::restore(&dir.join("r2"), &objects, &[low_snapshot, high_snapshot], 32..96)
+                .await
+                .unwrap();
         assert_eq!(
             merged.get("count", 300 % 128, &300u64.to_be_bytes()).unwrap(),
             Some(value(300, 1, 200)),
-            "the later snapshot wins"
+            "key group 44 from the first"
         );
-        assert!(merged.get("count", 70, &70u64.to_be_bytes()).unwrap().is_none());
+        assert_eq!(
+            merged.get("count", 70, &70u64.to_be_bytes()).unwrap(),
+            Some(value(70, 2, 200)),
+            "key group 70 from the second"
+        );
+        assert!(merged.get("count", 6, &6u64.to_be_bytes()).unwrap().is_none());
+        assert!(merged.get("count", 100, &100u64.to_be_bytes()).unwrap().is_none());
 
         // A missing object is an error naming it.
         let gone = whole_files_of(&objects).await;
