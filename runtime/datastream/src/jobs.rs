@@ -305,7 +305,7 @@ pub fn keyed_state(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
         .name("Key")
         .key_by_ref(|p: &(String, u64)| &p.0)
         .sum()
-        .filter(move |p: &(String, u64)| p.1 % emit == 0)
+        .filter(move |p: &(String, u64)| p.1.is_multiple_of(emit))
         .sink_to_file(&a["output"]);
     Ok(())
 }
