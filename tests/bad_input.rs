@@ -319,6 +319,45 @@ fn manifest_rows() -> Vec<Row> {
             &["slot.request.timeout", "expected a duration", "5 fortnights"],
         ),
         manifest_row(
+            "manifest: adaptive batch min-parallelism none",
+            |y| {
+                y.replace("parallelism: 2", "parallelism: auto").replace(
+                    "heartbeat.timeout: \"10 s\"",
+                    "execution.batch.adaptive.auto-parallelism.min-parallelism: \"none\"",
+                )
+            },
+            &[
+                "execution.batch.adaptive.auto-parallelism.min-parallelism",
+                "expected a positive integer",
+                "none",
+            ],
+        ),
+        manifest_row(
+            "manifest: parallelism auto in STREAMING",
+            |y| {
+                y.replace("parallelism: 2", "parallelism: auto")
+                    .replace("mode: batch", "mode: streaming")
+            },
+            &["parallelism.default", "execution.runtime-mode BATCH"],
+        ),
+        manifest_row(
+            "manifest: unknown jobmanager.scheduler",
+            |y| y.replace("heartbeat.timeout: \"10 s\"", "jobmanager.scheduler: \"fancy\""),
+            &[
+                "jobmanager.scheduler",
+                "expected default, adaptive or adaptivebatch",
+                "fancy",
+            ],
+        ),
+        manifest_row(
+            "manifest: adaptive scheduler without checkpoints",
+            |y| {
+                y.replace("mode: batch", "mode: streaming")
+                    .replace("heartbeat.timeout: \"10 s\"", "jobmanager.scheduler: adaptive")
+            },
+            &["jobmanager.scheduler", "rescales through checkpoints"],
+        ),
+        manifest_row(
             "manifest: unparsable memory size (segment-size: lots)",
             |y| {
                 y.replace(

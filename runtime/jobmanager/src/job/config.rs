@@ -217,7 +217,14 @@ pub fn adaptive_decider(conf: &BTreeMap<String, String>) -> Result<AdaptiveBatch
 pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
     RestartStrategy::from_configuration(conf)?;
     adaptive_decider(conf)?;
-    adaptive_scheduler(conf)?;
+    if adaptive_scheduler(conf)?.is_some() && checkpoint_config(conf)?.is_none() {
+        return Err(Error::Config {
+            key: SCHEDULER_KEY.into(),
+            message:
+                "the adaptive scheduler rescales through checkpoints: set execution.checkpointing.interval"
+                    .into(),
+        });
+    }
     checkpoint_config(conf)?;
     for key in DURATION_KEYS {
         duration_setting(conf, key)?;

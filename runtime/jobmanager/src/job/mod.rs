@@ -254,14 +254,8 @@ impl JobMaster {
         } else {
             None
         };
+        // Checked with the rest by `validate_configuration` above (it needs checkpointing).
         let adaptive_scheduler = adaptive_scheduler(&args.configuration)?;
-        if adaptive_scheduler.is_some() && checkpoint_config(&args.configuration)?.is_none() {
-            return Err(Error::Config {
-                key: SCHEDULER_KEY.into(),
-                message: "the adaptive scheduler rescales through checkpoints: set execution.checkpointing.interval"
-                    .into(),
-            });
-        }
         let declared = job_graph.vertices().iter().map(|v| v.parallelism).collect();
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
         let regions = PipelinedRegions::compute(&graph);
