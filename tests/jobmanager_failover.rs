@@ -322,6 +322,34 @@ fn a_restarted_jobmanager_finds_finished_local_partitions_on_the_taskmanagers() 
     jobmanager_killed_after_the_first_stage(false);
 }
 
+/// The job as the JobManager `floe run` started again after `killed_pid` reports it, once `ready`
+/// holds (within 60 s of `started`).
+fn restarted_job(
+    rest: &str,
+    work: &Path,
+    killed_pid: u32,
+    started: Instant,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let job_file = work.join("flinkjob.yaml").display().to_string();
+    loop {
+        if let Some((_, list)) = common::try_http("GET", rest, "/jobs")
+            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
+            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
+            && let Some((_, job)) = common::try_http("GET", rest, &format!("/jobs/{id}"))
+            && job["vertices"].is_array()
+            && ready(&job)
+        {
+            return job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no restarted JobManager"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn jobmanager_killed_after_the_first_stage(remote: bool) {
     let dir = common::scratch(if remote {
         "run-jm-kill-remote"
@@ -360,26 +388,10 @@ fn jobmanager_killed_after_the_first_stage(remote: bool) {
         snapshot["state"], "RUNNING",
         "the job must still run when the JobManager dies"
     );
-    let job_file = work.join("flinkjob.yaml").display().to_string();
     let killed_pid = kill_jobmanager(&work);
 
     // The restarted JobManager: the sources are finished from the log, not run.
-    let resumed = loop {
-        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
-            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
-            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
-            && let Some((_, job)) = common::try_http("GET", &rest, &format!("/jobs/{id}"))
-            && job["vertices"].is_array()
-            && job["state"] != "CREATED"
-        {
-            break job;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no restarted JobManager"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let resumed = restarted_job(&rest, &work, killed_pid, started, |j| j["state"] != "CREATED");
     assert_eq!(resumed["jid"], snapshot["jid"]);
     for s in resumed["vertices"][0]["subtasks"].as_array().unwrap() {
         assert_eq!(s["status"], "FINISHED", "{s}");
@@ -457,25 +469,8 @@ fn a_restarted_jobmanager_keeps_the_parallelism_its_predecessor_decided() {
         "64 KiB per task over the generator's words: {decision}"
     );
     assert_eq!(decided["vertices"][2]["parallelism"], parallelism);
-    let job_file = work.join("flinkjob.yaml").display().to_string();
     let killed_pid = kill_jobmanager(&work);
-
-    let started = Instant::now();
-    let resumed = loop {
-        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
-            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
-            && !pids_with(&["jobmanager", &job_file]).contains(&killed_pid)
-            && let Some((_, job)) = common::try_http("GET", &rest, &format!("/jobs/{id}"))
-            && job["vertices"].is_array()
-        {
-            break job;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no restarted JobManager"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let resumed = restarted_job(&rest, &work, killed_pid, Instant::now(), |_| true);
     assert_eq!(resumed["jid"], decided["jid"]);
     assert_eq!(
         resumed["vertices"][2]["parallelism-decision"], decision,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use common::processes::{jobmanager, jobmanager_with, taskmanager, wait_job};
+use common::processes::{jobmanager, jobmanager_with, put_upper_bound, taskmanager, wait_job};
 
 const RECORDS: u64 = 60_000;
 
@@ -51,25 +51,6 @@ fn manifest_of(
 fn completed_checkpoint(rest: &str, id: &str) -> u64 {
     let (_, c) = common::http("GET", rest, &format!("/jobs/{id}/checkpoints"));
     c["latest"]["completed"]["id"].as_u64().unwrap_or(0)
-}
-
-/// `PUT` bounds [1, upper] for every vertex; the answer's status.
-fn rescale_to(rest: &str, id: &str, vertices: &[String], upper: u32) -> (u16, serde_json::Value) {
-    let body: serde_json::Map<String, serde_json::Value> = vertices
-        .iter()
-        .map(|v| {
-            (
-                v.clone(),
-                serde_json::json!({ "parallelism": { "lowerBound": 1, "upperBound": upper } }),
-            )
-        })
-        .collect();
-    common::http_with_body(
-        "PUT",
-        rest,
-        &format!("/jobs/{id}/resource-requirements"),
-        &serde_json::Value::Object(body).to_string(),
-    )
 }
 
 fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), Failed> {
@@ -110,7 +91,7 @@ fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), 
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (status, answer) = rescale_to(&rest, &id, &vertices, upper);
+        let (status, answer) = put_upper_bound(&rest, &id, &vertices, upper);
         assert_eq!(status, 200, "{answer}");
         let job = wait_job(&rest, Duration::from_secs(30), |j| {
             j["vertices"]
@@ -158,47 +139,22 @@ fn bad_resource_requirements_name_the_problem() -> Result<(), Failed> {
     let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
     let id = job["jid"].as_str().unwrap();
     let path = format!("/jobs/{id}/resource-requirements");
-    let (status, answer) = common::http_with_body(
-        "PUT",
-        &rest,
-        &path,
+    let refused = |body: &str, needle: &str| {
+        let (status, answer) = common::http_with_body("PUT", &rest, &path, body);
+        assert_eq!(status, 409);
+        assert!(answer["errors"][0].as_str().unwrap().contains(needle), "{answer}");
+    };
+    refused(
         r#"{"ghost": {"parallelism": {"lowerBound": 1, "upperBound": 2}}}"#,
+        "ghost: no such vertex; the job has source, map",
     );
-    assert_eq!(status, 409);
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("ghost: no such vertex; the job has source, map"),
-        "{answer}"
-    );
-    let (status, answer) = common::http_with_body(
-        "PUT",
-        &rest,
-        &path,
+    refused(
         r#"{"source": {"parallelism": {"lowerBound": 3, "upperBound": 2}}}"#,
+        "1 <= lowerBound <= upperBound",
     );
-    assert_eq!(status, 409);
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("1 <= lowerBound <= upperBound"),
-        "{answer}"
-    );
-    let (status, answer) = common::http_with_body(
-        "PUT",
-        &rest,
-        &path,
+    refused(
         r#"{"source": {"parallelism": {"lowerBound": 1, "upperBound": 4}}}"#,
-    );
-    assert_eq!(status, 409);
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("is forward: both ends need one parallelism"),
-        "{answer}"
+        "is forward: both ends need one parallelism",
     );
     let (status, answer) = common::http_with_body("PUT", &rest, &path, "[1]");
     assert_eq!(status, 400, "{answer}");

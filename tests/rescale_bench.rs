@@ -18,7 +18,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::processes::{jobmanager_with, taskmanager, wait_job};
+use common::processes::{jobmanager_with, put_upper_bound, taskmanager, wait_job};
 
 /// Records the keyed vertex (the last one: sum, filter and sink) read, over its current attempts.
 fn keyed_records(job: &serde_json::Value) -> u64 {
@@ -61,15 +61,6 @@ fn wait_checkpoint_after(rest: &str, id: &str, after: u64, timeout: Duration) ->
 
 /// Rescales every vertex to `to`; returns (downtime, stop-and-deploy) in seconds.
 fn rescale(rest: &str, id: &str, vertices: &[String], to: u32) -> (f64, f64) {
-    let body: serde_json::Map<String, serde_json::Value> = vertices
-        .iter()
-        .map(|v| {
-            (
-                v.clone(),
-                serde_json::json!({ "parallelism": { "lowerBound": 1, "upperBound": to } }),
-            )
-        })
-        .collect();
     // The last increase before the request.
     let mut last = (records(rest, id), Instant::now());
     let watch = Instant::now();
@@ -80,12 +71,7 @@ fn rescale(rest: &str, id: &str, vertices: &[String], to: u32) -> (f64, f64) {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (status, answer) = common::http_with_body(
-        "PUT",
-        rest,
-        &format!("/jobs/{id}/resource-requirements"),
-        &serde_json::Value::Object(body).to_string(),
-    );
+    let (status, answer) = put_upper_bound(rest, id, vertices, to);
     assert_eq!(status, 200, "{answer}");
     // The new attempts' counters start at 0: the first record the keyed operator reads after its
     // state is restored (sources read on sooner, into the shuffle's buffers).

@@ -6,6 +6,25 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `PUT /jobs/{id}/resource-requirements` with bounds [1, `upper`] for every vertex; the answer.
+pub fn put_upper_bound(rest: &str, id: &str, vertices: &[String], upper: u32) -> (u16, serde_json::Value) {
+    let body: serde_json::Map<String, serde_json::Value> = vertices
+        .iter()
+        .map(|v| {
+            (
+                v.clone(),
+                serde_json::json!({ "parallelism": { "lowerBound": 1, "upperBound": upper } }),
+            )
+        })
+        .collect();
+    super::http_with_body(
+        "PUT",
+        rest,
+        &format!("/jobs/{id}/resource-requirements"),
+        &serde_json::Value::Object(body).to_string(),
+    )
+}
+
 /// A child process killed on drop.
 pub struct Proc(pub Child);
 

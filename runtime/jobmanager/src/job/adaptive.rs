@@ -60,14 +60,20 @@ impl JobMaster {
             }
             let have = self.slots_for(v);
             let slots = have + spare_left;
-            let inputs = self.graph.job_graph().inputs(v).to_vec();
-            let decision = if inputs.is_empty() {
-                let Some(bytes) = self.source_bytes.get(&v.0) else {
+            let is_source = self.graph.job_graph().inputs(v).is_empty();
+            // A consumer's bytes per subpartition index (none for a source).
+            let bytes = if is_source {
+                Vec::new()
+            } else {
+                self.input_bytes(v)
+            };
+            let decision = if is_source {
+                let Some(input) = self.source_bytes.get(&v.0) else {
                     continue;
                 };
-                decider.decide_source(*bytes, slots)
+                decider.decide_source(*input, slots)
             } else {
-                decider.decide_within(&self.input_bytes(v), slots)
+                decider.decide_within(&bytes, slots)
             };
             let decision = match decision {
                 Ok(d) => d,
@@ -76,16 +82,11 @@ impl JobMaster {
                     continue;
                 }
             };
-            let bytes = self.input_bytes(v);
-            let bytes_per_subtask = if inputs.is_empty() {
-                Vec::new()
-            } else {
-                decision
-                    .subpartition_ranges
-                    .iter()
-                    .map(|r| bytes[r.start as usize..r.end as usize].iter().sum())
-                    .collect()
-            };
+            let bytes_per_subtask = decision
+                .subpartition_ranges
+                .iter()
+                .map(|r| bytes[r.start as usize..r.end as usize].iter().sum())
+                .collect();
             let largest_subpartition_bytes = bytes.iter().copied().max().unwrap_or(0);
             // Held from now on, so nothing else takes them before the decision applies.
             for _ in have..decision.parallelism {
@@ -105,11 +106,7 @@ impl JobMaster {
                     .collect(),
                 input_bytes: decision.input_bytes,
                 bytes_per_subtask,
-                largest_subpartition_bytes: if inputs.is_empty() {
-                    0
-                } else {
-                    largest_subpartition_bytes
-                },
+                largest_subpartition_bytes,
                 reason: decision.reason,
                 // Stamped by the driver, which has the clock.
                 time_ms: 0,
@@ -159,17 +156,12 @@ impl JobMaster {
     /// Takes decisions (logged, or restored from the log) into the graph: the vertices get their
     /// subtasks, and a running job deploys the regions that became ready.
     pub fn apply_decisions(&mut self, decisions: &[VertexDecision]) -> Vec<Action> {
-        let before: Vec<(ExecutionVertexId, Option<SlotRef>, TaskCounters, u32)> = self
+        let before: Vec<(ExecutionVertexId, Option<SlotRef>, TaskCounters)> = self
             .graph
             .execution_vertices()
             .map(|e| {
                 let g = self.graph.global_index(e.id);
-                (
-                    e.id,
-                    self.location[g].clone(),
-                    self.counters[g],
-                    self.group_of_task[g],
-                )
+                (e.id, self.location[g].clone(), self.counters[g])
             })
             .collect();
         let mut changed = false;
@@ -197,17 +189,11 @@ impl JobMaster {
         }
         self.regions = PipelinedRegions::compute(&self.graph);
         self.strategy = PipelinedRegionSchedulingStrategy::resume(&self.graph, &self.regions);
-        let groups = slots::execution_slot_sharing_groups(&self.graph);
+        self.group_of_task = super::group_of_task(&self.graph);
         let n = self.graph.task_count();
-        self.group_of_task = vec![0; n];
-        for (g, group) in groups.iter().enumerate() {
-            for &t in &group.tasks {
-                self.group_of_task[self.graph.global_index(t)] = g as u32;
-            }
-        }
         self.location = vec![None; n];
         self.counters = vec![TaskCounters::default(); n];
-        for (id, location, counters, _) in before {
+        for (id, location, counters) in before {
             let g = self.graph.global_index(id);
             self.location[g] = location;
             self.counters[g] = counters;
@@ -217,13 +203,7 @@ impl JobMaster {
         }
         // Decisions never exceed the job's slots; a restored decision on a smaller cluster shares
         // the slots it has rather than fail here.
-        if groups.len() > self.slot_of_group.len() && !self.slot_of_group.is_empty() {
-            let have = self.slot_of_group.len();
-            for k in have..groups.len() {
-                let slot = self.slot_of_group[k % have].clone();
-                self.slot_of_group.push(slot);
-            }
-        }
+        self.share_slots(slots::execution_slot_sharing_groups(&self.graph).len());
         let ready = self.strategy.schedule_ready_regions(&self.graph, &self.regions);
         self.deploy(&ready)
     }

@@ -202,6 +202,17 @@ pub struct JobMaster {
     last_scaled_ms: u64,
 }
 
+/// The execution slot sharing group of each subtask, by global index.
+fn group_of_task(graph: &ExecutionGraph) -> Vec<u32> {
+    let mut of_task = vec![0u32; graph.task_count()];
+    for (g, group) in slots::execution_slot_sharing_groups(graph).iter().enumerate() {
+        for &t in &group.tasks {
+            of_task[graph.global_index(t)] = g as u32;
+        }
+    }
+    of_task
+}
+
 /// Every task's name, and the sources' (tasks that read no input): who acknowledges checkpoints and
 /// who gets their barriers.
 fn checkpoint_tasks(graph: &ExecutionGraph) -> (Vec<String>, Vec<String>) {
@@ -260,13 +271,7 @@ impl JobMaster {
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
         let regions = PipelinedRegions::compute(&graph);
         let strategy = PipelinedRegionSchedulingStrategy::new(&graph, &regions);
-        let groups = slots::execution_slot_sharing_groups(&graph);
-        let mut group_of_task = vec![0u32; graph.task_count()];
-        for (g, group) in groups.iter().enumerate() {
-            for &t in &group.tasks {
-                group_of_task[graph.global_index(t)] = g as u32;
-            }
-        }
+        let group_of_task = group_of_task(&graph);
         let n = graph.task_count();
         let checkpoint_config = checkpoint_config(&args.configuration)?;
         if checkpoint_config.is_some() && !args.configuration.contains_key(floe_storage::JOB_STORAGE_KEY) {
@@ -417,6 +422,20 @@ impl JobMaster {
         self.graph
             .produced_partitions(v)
             .any(|p| self.graph.result(p.result).partition_type.is_blocking())
+    }
+
+    /// Gives the job a slot for each of its first `groups` execution slot sharing groups: slots
+    /// it lacks (its cluster is smaller than when it was decided or asked for) are shared, round
+    /// robin, with the ones it has.
+    fn share_slots(&mut self, groups: usize) {
+        let have = self.slot_of_group.len();
+        if have == 0 {
+            return;
+        }
+        for k in have..groups {
+            let slot = self.slot_of_group[k % have].clone();
+            self.slot_of_group.push(slot);
+        }
     }
 
     /// Slots the job needs (slot sharing).

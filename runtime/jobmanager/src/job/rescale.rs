@@ -255,14 +255,8 @@ impl JobMaster {
         self.graph = ExecutionGraph::with_first_attempt(job, next_attempt);
         self.regions = PipelinedRegions::compute(&self.graph);
         self.strategy = PipelinedRegionSchedulingStrategy::new(&self.graph, &self.regions);
-        let groups = slots::execution_slot_sharing_groups(&self.graph);
+        self.group_of_task = super::group_of_task(&self.graph);
         let n = self.graph.task_count();
-        self.group_of_task = vec![0; n];
-        for (g, group) in groups.iter().enumerate() {
-            for &t in &group.tasks {
-                self.group_of_task[self.graph.global_index(t)] = g as u32;
-            }
-        }
         self.location = vec![None; n];
         self.counters = vec![TaskCounters::default(); n];
         self.unplaced.clear();
@@ -299,13 +293,7 @@ impl JobMaster {
         let missing = groups.saturating_sub(self.slot_of_group.len());
         self.slot_of_group.extend(spare.into_iter().take(missing));
         // Slots that went away since the request: the groups share the ones the job has.
-        let have = self.slot_of_group.len();
-        for k in have..groups {
-            if have > 0 {
-                let slot = self.slot_of_group[k % have].clone();
-                self.slot_of_group.push(slot);
-            }
-        }
+        self.share_slots(groups);
         let mut checkpoint = None;
         if let Some(c) = self.checkpoints.as_mut() {
             c.restarting();
