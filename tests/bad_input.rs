@@ -358,6 +358,34 @@ fn manifest_rows() -> Vec<Row> {
             &["jobmanager.scheduler", "rescales through checkpoints"],
         ),
         manifest_row(
+            "manifest: autoscaler without the adaptive scheduler",
+            |y| y.replace("heartbeat.timeout: \"10 s\"", "job.autoscaler.enabled: \"true\""),
+            &["job.autoscaler.enabled", "jobmanager.scheduler: adaptive"],
+        ),
+        manifest_row(
+            "manifest: autoscaler target utilization above 1",
+            |y| {
+                y.replace(
+                    "heartbeat.timeout: \"10 s\"",
+                    "job.autoscaler.target.utilization: \"1.5\"\n    job.autoscaler.enabled: \"true\"\n    jobmanager.scheduler: adaptive\n    execution.checkpointing.interval: \"1 s\"",
+                )
+            },
+            &[
+                "job.autoscaler.target.utilization",
+                "expected a number from 0.01 to 1",
+                "1.5",
+            ],
+        ),
+        manifest_row(
+            "manifest: maxReplicas below replicas",
+            |y| y.replace("replicas: 1, slots: 2", "replicas: 2, maxReplicas: 1, slots: 2"),
+            &[
+                "spec.taskManager.maxReplicas",
+                "expected from spec.taskManager.replicas (2)",
+                "got 1",
+            ],
+        ),
+        manifest_row(
             "manifest: unparsable memory size (segment-size: lots)",
             |y| {
                 y.replace(

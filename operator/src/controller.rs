@@ -225,16 +225,46 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         (true, true) => Some(Observed::Suspended { cancelled: None }),
         (false, _) => None,
     };
-    let desired = resources::desired(&job, &ctx.defaults);
-    apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
-    apply_object::<Service>(&ctx.client, &ns, &desired.jobmanager_service).await?;
-    apply_object::<Deployment>(&ctx.client, &ns, &desired.jobmanager).await?;
-    apply_object::<Deployment>(&ctx.client, &ns, &desired.taskmanager).await?;
+    // Observed first: the TaskManagers the autoscaler's slots need depend on what the JobManager
+    // says.
     let observed = match suspended_observation {
         Some(o) => o,
         None => observe(&ctx, &url).await,
     };
+    let taskmanagers = status::taskmanager_replicas(&job, &observed);
+    let desired = resources::desired_with(&job, &ctx.defaults, taskmanagers);
+    apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
+    apply_object::<Service>(&ctx.client, &ns, &desired.jobmanager_service).await?;
+    apply_object::<Deployment>(&ctx.client, &ns, &desired.jobmanager).await?;
+    apply_object::<Deployment>(&ctx.client, &ns, &desired.taskmanager).await?;
     let status = status::compute(&job, &observed, now);
+    for decision in status::new_autoscaler_decisions(&job, &observed) {
+        publish(
+            &ctx,
+            &job,
+            EventType::Normal,
+            status::AUTOSCALER_RESCALE,
+            decision.summary.clone(),
+        )
+        .await;
+    }
+    let previous_tms = job.status.as_ref().and_then(|s| s.task_managers);
+    if job.spec.autoscales_taskmanagers() && previous_tms.is_some_and(|p| p != taskmanagers) {
+        publish(
+            &ctx,
+            &job,
+            EventType::Normal,
+            status::AUTOSCALER_TASKMANAGERS,
+            format!(
+                "TaskManagers {} -> {taskmanagers} for the {} slots the job wants (spec.taskManager.replicas..maxReplicas = {}..{})",
+                previous_tms.unwrap_or_default(),
+                status.autoscaler.as_ref().and_then(|a| a.slots_wanted).unwrap_or_default(),
+                job.spec.task_manager.replicas,
+                job.spec.task_manager.max_replicas.unwrap_or_default()
+            ),
+        )
+        .await;
+    }
     if let Some(change) = status::state_change(job.status.as_ref(), &status) {
         let type_ = match &observed {
             Observed::Job(j) if j.state == "FAILED" => EventType::Warning,

@@ -69,6 +69,8 @@ fn job_running(state: &str) -> JobOverview {
         start_time_ms: Some(1_764_460_800_000),
         failure: None,
         parallelism: Some(4),
+        slots_wanted: None,
+        autoscaler_decisions: Vec::new(),
     }
 }
 
@@ -562,4 +564,79 @@ async fn delete_cancels_the_job_and_releases_the_finalizer() {
     let desired = crate::resources::desired(&job, &Defaults { image: "x".into() });
     let owner = &desired.taskmanager.metadata.owner_references.unwrap()[0];
     assert_eq!(owner.uid, job.meta().uid.clone().unwrap());
+}
+
+/// Issue 12, part 5: the job's autoscaler wants more slots than the TaskManagers offer. The
+/// operator raises the TaskManager Deployment for them, no higher than `maxReplicas`, reports the
+/// decision and the new replicas as events, and lowers the replicas again (to `replicas`) when the
+/// autoscaler scales the job down; each decision is reported once.
+#[tokio::test]
+async fn the_autoscalers_slots_raise_and_lower_the_taskmanagers_within_max_replicas() {
+    use crate::jobmanager_api::AutoscalerDecision;
+    let mut job = resource(true);
+    for (k, v) in [
+        ("jobmanager.scheduler", "adaptive"),
+        ("job.autoscaler.enabled", "true"),
+    ] {
+        job.spec.configuration.insert(k.into(), v.into());
+    }
+    job.spec.task_manager.replicas = 1;
+    job.spec.task_manager.max_replicas = Some(3);
+    let mut at_one = job_running("RUNNING");
+    at_one.parallelism = Some(1);
+    at_one.slots_wanted = Some(1);
+    let job = with_status(job.clone(), computed(&job, crate::status::Observed::Job(at_one)));
+    assert_eq!(job.status.as_ref().unwrap().task_managers, Some(1));
+
+    let up = AutoscalerDecision {
+        time_ms: 1_000,
+        summary: "reduce: 1 -> 8 (scale up: true processing rate 950.0/s ...)".into(),
+    };
+    let mut wanting = job_running("RUNNING");
+    wanting.parallelism = Some(2);
+    wanting.slots_wanted = Some(8);
+    wanting.autoscaler_decisions = vec![up.clone()];
+    let jm = ScriptedJobManager::new(Ok(Some(wanting.clone())));
+    // 8 slots at 2 per TaskManager would be 4: maxReplicas says 3.
+    let mut script = applies(1, 3);
+    script.push(event("Normal", "AutoscalerRescale", "reduce: 1 -> 8 (scale up"));
+    script.push(event(
+        "Normal",
+        "AutoscalerTaskManagers",
+        "TaskManagers 1 -> 3 for the 8 slots the job wants",
+    ));
+    script.push(status_patch(|s| {
+        assert_eq!(s["taskManagers"], 3);
+        assert_eq!(s["autoscaler"]["slotsWanted"], 8);
+        assert_eq!(s["autoscaler"]["taskManagers"], 3);
+        assert_eq!(s["autoscaler"]["lastDecisionTime"], 1_000);
+    }));
+    run(job.clone(), jm, script).await;
+
+    // The same answer again: the Deployment stays at 3, no event is repeated.
+    let raised = with_status(
+        job.clone(),
+        computed(&job, crate::status::Observed::Job(wanting.clone())),
+    );
+    let jm = ScriptedJobManager::new(Ok(Some(wanting.clone())));
+    run(raised.clone(), jm, applies(1, 3)).await;
+
+    // The load dropped: the autoscaler scaled the job down to 1 slot; the operator goes back to
+    // spec.taskManager.replicas.
+    let mut down = wanting;
+    down.parallelism = Some(1);
+    down.slots_wanted = Some(1);
+    down.autoscaler_decisions.push(AutoscalerDecision {
+        time_ms: 2_000,
+        summary: "reduce: 6 -> 1 (scale down: ...)".into(),
+    });
+    let jm = ScriptedJobManager::new(Ok(Some(down)));
+    let mut script = applies(1, 1);
+    script.push(event("Normal", "AutoscalerRescale", "reduce: 6 -> 1"));
+    script.push(event("Normal", "AutoscalerTaskManagers", "TaskManagers 3 -> 1"));
+    script.push(status_patch(|s| {
+        assert_eq!(s["taskManagers"], 1);
+        assert_eq!(s["autoscaler"]["lastDecisionTime"], 2_000);
+    }));
+    run(raised, jm, script).await;
 }

@@ -35,6 +35,19 @@ pub struct JobOverview {
     /// The highest parallelism of its vertices now (the adaptive scheduler changes it with the
     /// TaskManagers the job has).
     pub parallelism: Option<u32>,
+    /// The slots the job would use if it had them (`slots-wanted`: what the autoscaler asked for).
+    pub slots_wanted: Option<u32>,
+    /// The autoscaler's rescale decisions, oldest first.
+    pub autoscaler_decisions: Vec<AutoscalerDecision>,
+}
+
+/// One rescale the job's autoscaler asked for, as an event tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoscalerDecision {
+    /// When it was made (ms since the epoch).
+    pub time_ms: u64,
+    /// `vertex: from -> to (reason)` for each vertex it changes.
+    pub summary: String,
 }
 
 impl JobOverview {
@@ -92,11 +105,57 @@ struct JobDetails {
     failure_cause: Option<String>,
     #[serde(default)]
     vertices: Vec<VertexDetails>,
+    #[serde(rename = "slots-wanted", default)]
+    slots_wanted: Option<u32>,
+    #[serde(default)]
+    autoscaler: Option<AutoscalerDetails>,
 }
 
 #[derive(Deserialize)]
 struct VertexDetails {
     parallelism: u32,
+}
+
+#[derive(Deserialize)]
+struct AutoscalerDetails {
+    #[serde(default)]
+    decisions: Vec<DecisionDetails>,
+}
+
+#[derive(Deserialize)]
+struct DecisionDetails {
+    time: u64,
+    evaluation: EvaluationDetails,
+}
+
+#[derive(Deserialize)]
+struct EvaluationDetails {
+    vertices: Vec<EvaluatedVertex>,
+}
+
+#[derive(Deserialize)]
+struct EvaluatedVertex {
+    id: String,
+    parallelism: u32,
+    #[serde(rename = "proposed-parallelism")]
+    proposed: u32,
+    reason: String,
+}
+
+impl DecisionDetails {
+    fn summary(&self) -> AutoscalerDecision {
+        let changes: Vec<String> = self
+            .evaluation
+            .vertices
+            .iter()
+            .filter(|v| v.proposed != v.parallelism)
+            .map(|v| format!("{}: {} -> {} ({})", v.id, v.parallelism, v.proposed, v.reason))
+            .collect();
+        AutoscalerDecision {
+            time_ms: self.time,
+            summary: changes.join("; "),
+        }
+    }
 }
 
 impl RestClient {
@@ -154,6 +213,11 @@ impl JobManagerApi for RestClient {
                 start_time_ms: d.start_time,
                 failure: d.failure_cause.filter(|f| !f.is_empty()),
                 parallelism: d.vertices.iter().map(|v| v.parallelism).max(),
+                slots_wanted: d.slots_wanted,
+                autoscaler_decisions: d
+                    .autoscaler
+                    .map(|a| a.decisions.iter().map(DecisionDetails::summary).collect())
+                    .unwrap_or_default(),
             };
             if newest
                 .as_ref()

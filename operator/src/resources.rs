@@ -264,7 +264,7 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component) -> Deployment {
+fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component, taskmanagers: i32) -> Deployment {
     let spec = &job.spec;
     let running = spec.job.state == DesiredState::Running;
     let template = spec.pod_template.clone().unwrap_or_default();
@@ -287,7 +287,7 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component) -> Depl
             spec.job_manager.as_ref().and_then(|p| p.resources.as_ref()),
         ),
         Component::TaskManager => (
-            i32::try_from(spec.task_manager.replicas).unwrap_or(i32::MAX),
+            taskmanagers,
             vec![
                 "taskmanager".to_string(),
                 "--jobmanager".into(),
@@ -464,11 +464,20 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component) -> Depl
 /// Everything a FlinkJob becomes. `spec.job.state: suspended` keeps every object but scales both
 /// Deployments to zero.
 pub fn desired(job: &FlinkJob, defaults: &Defaults) -> Desired {
+    desired_with(
+        job,
+        defaults,
+        i32::try_from(job.spec.task_manager.replicas).unwrap_or(i32::MAX),
+    )
+}
+
+/// [`desired`] with `taskmanagers` TaskManager replicas (what the autoscaler's slots need).
+pub fn desired_with(job: &FlinkJob, defaults: &Defaults, taskmanagers: i32) -> Desired {
     Desired {
         config_map: config_map(job),
         jobmanager_service: jobmanager_service(job),
-        jobmanager: deployment(job, defaults, Component::JobManager),
-        taskmanager: deployment(job, defaults, Component::TaskManager),
+        jobmanager: deployment(job, defaults, Component::JobManager, 0),
+        taskmanager: deployment(job, defaults, Component::TaskManager, taskmanagers),
     }
 }
 

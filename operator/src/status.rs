@@ -1,11 +1,11 @@
 //! The FlinkJob's status from what the operator observed, by pure functions: no clock (the time is an
 //! argument) and no I/O, so every case is a unit test.
 
-use floe_manifest::{DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
+use floe_manifest::{AutoscalerStatus, DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::jobmanager_api::JobOverview;
+use crate::jobmanager_api::{AutoscalerDecision, JobOverview};
 use crate::resources::{Component, selector_string};
 
 /// The condition that says whether the job runs (always written).
@@ -97,6 +97,11 @@ pub fn slots_newly_insufficient(before: Option<&FlinkJobStatus>, after: &FlinkJo
     (before.and_then(find).as_ref() != Some(&now)).then_some(now)
 }
 
+/// The reason of the event for each rescale the job's autoscaler decided.
+pub const AUTOSCALER_RESCALE: &str = "AutoscalerRescale";
+/// The reason of the event when the operator changes the TaskManagers for the autoscaler.
+pub const AUTOSCALER_TASKMANAGERS: &str = "AutoscalerTaskManagers";
+
 /// The status to write for `job` after observing `observed` at `now`.
 pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobStatus {
     let previous = job.status.clone().unwrap_or_default();
@@ -181,8 +186,23 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
     let task_managers = match (observed, job.spec.job.state) {
         (Observed::InvalidSpec(_), _) => previous.task_managers,
         (_, DesiredState::Suspended) => Some(0),
-        _ => Some(i32::try_from(job.spec.task_manager.replicas).unwrap_or(i32::MAX)),
+        _ => Some(taskmanager_replicas(job, observed)),
     };
+    let autoscaler = job.spec.autoscaler_enabled().then(|| {
+        let before = previous.autoscaler.clone().unwrap_or_default();
+        let (wanted, newest) = match observed {
+            Observed::Job(j) => (
+                j.slots_wanted,
+                j.autoscaler_decisions.iter().map(|d| d.time_ms).max(),
+            ),
+            _ => (None, None),
+        };
+        AutoscalerStatus {
+            slots_wanted: wanted.or(before.slots_wanted),
+            task_managers: Some(taskmanager_replicas(job, observed)),
+            last_decision_time: newest.max(before.last_decision_time),
+        }
+    });
     let mut conditions = vec![keep_transition_time(&previous.conditions, ready, now)];
     let running = !matches!(observed, Observed::InvalidSpec(_) | Observed::Suspended { .. });
     if let Some(message) = insufficient_slots(job).filter(|_| running) {
@@ -197,7 +217,52 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         task_managers,
         task_manager_selector: Some(selector_string(job, Component::TaskManager)),
         error,
+        autoscaler,
     }
+}
+
+/// The TaskManagers to run: `spec.taskManager.replicas`; with the autoscaler and `maxReplicas`,
+/// enough for the slots the job wants, within `replicas..=maxReplicas` (Flink's operator raises
+/// the TaskManagers a rescale needs and lowers them after a scale-down). While the JobManager
+/// does not say what it wants, what the operator ran last.
+pub fn taskmanager_replicas(job: &FlinkJob, observed: &Observed) -> i32 {
+    let tm = &job.spec.task_manager;
+    let floor = i32::try_from(tm.replicas).unwrap_or(i32::MAX);
+    let Some(max) = tm.max_replicas.filter(|_| job.spec.autoscales_taskmanagers()) else {
+        return floor;
+    };
+    let wanted = match observed {
+        Observed::Job(j) if !j.is_terminal() => j.slots_wanted,
+        _ => None,
+    };
+    match wanted {
+        Some(slots) => {
+            let replicas = slots.div_ceil(tm.slots.max(1)).clamp(tm.replicas, max);
+            i32::try_from(replicas).unwrap_or(i32::MAX)
+        }
+        None => job
+            .status
+            .as_ref()
+            .and_then(|s| s.autoscaler.as_ref())
+            .and_then(|a| a.task_managers)
+            .unwrap_or(floor),
+    }
+}
+
+/// The autoscaler's decisions the operator has not reported as events yet.
+pub fn new_autoscaler_decisions<'a>(job: &FlinkJob, observed: &'a Observed) -> Vec<&'a AutoscalerDecision> {
+    let Observed::Job(j) = observed else {
+        return Vec::new();
+    };
+    let seen = job
+        .status
+        .as_ref()
+        .and_then(|s| s.autoscaler.as_ref())
+        .and_then(|a| a.last_decision_time);
+    j.autoscaler_decisions
+        .iter()
+        .filter(|d| seen.is_none_or(|t| d.time_ms > t))
+        .collect()
 }
 
 /// A condition's `lastTransitionTime` moves only when its status does.
@@ -247,6 +312,8 @@ mod tests {
             start_time_ms: Some(1_700_000_000_000),
             failure: None,
             parallelism: Some(4),
+            slots_wanted: None,
+            autoscaler_decisions: Vec::new(),
         }
     }
 

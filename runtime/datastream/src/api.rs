@@ -296,6 +296,19 @@ impl StreamExecutionEnvironment {
     /// Lines of 1 to 12 seeded Zipf-distributed words; `count` lines in all (`None`: unbounded),
     /// optionally at `rate` lines per second. Deterministic for a seed, whatever the parallelism.
     pub fn data_generator(&self, seed: u64, count: Option<u64>, rate: Option<f64>) -> DataStream<String> {
+        self.data_generator_at_rates(seed, count, rate.map(|r| vec![(0, r)]).unwrap_or_default())
+    }
+
+    /// [`Self::data_generator`] whose rate changes with the lines read: `rates` are
+    /// `(from line, lines per second for the whole source)` steps, e.g. `[(0, 3000.0), (60_000,
+    /// 300.0)]`; a line's index is the same whatever the parallelism, so a rescale keeps the
+    /// schedule.
+    pub fn data_generator_at_rates(
+        &self,
+        seed: u64,
+        count: Option<u64>,
+        rates: Vec<(u64, f64)>,
+    ) -> DataStream<String> {
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
             let (p, s) = (u64::from(ctx.parallelism), u64::from(ctx.subtask));
             let (next, end, step) = match count {
@@ -307,10 +320,12 @@ impl StreamExecutionEnvironment {
                 next,
                 end,
                 step,
-                rate: rate.map(|r| r / p as f64),
+                rates: rates.iter().map(|&(from, r)| (from, r / p as f64)).collect(),
                 emitted: 0,
                 started: None,
                 vocabulary: io::generator_vocabulary(),
+                lag: None,
+                metrics: ctx.metrics.clone(),
             };
             source_head(ctx, source, chain)
         });
@@ -362,6 +377,7 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
         return Ok(Box::new(SourceHead {
             source: make(),
             chain: Box::new(counted),
+            metrics: ctx.metrics.clone(),
         }));
     };
     let mut sources = Vec::with_capacity(restore.sources.len());
@@ -371,11 +387,15 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
             checkpoint: restore.checkpoint,
             message: format!("source position {position:?}: {message}"),
         })?;
+        // Several splits share the subtask's rate, so the source's rate is the same at any
+        // parallelism.
+        source.share_rate(restore.sources.len());
         sources.push(source);
     }
     Ok(Box::new(SourceHead {
         source: io::MultiSource::new(sources),
         chain: Box::new(counted),
+        metrics: ctx.metrics.clone(),
     }))
 }
 

@@ -404,6 +404,7 @@ impl BuiltJob {
         };
         Ok(Task {
             vertex,
+            metrics: ctx.metrics.clone(),
             head,
             input: ctx.inputs.into_iter().next(),
             outputs: ctx.outputs,

@@ -339,6 +339,12 @@ pub(crate) trait Source<T>: Send {
     fn position(&self) -> String;
     /// Continues from a [`Source::position`] of the same subtask; the error says what is wrong.
     fn restore(&mut self, position: &str) -> std::result::Result<(), String>;
+    /// Records due but not read yet (Flink's `pendingRecords`), if the source knows.
+    fn pending(&self) -> Option<u64> {
+        None
+    }
+    /// This source is one of `n` splits a subtask reads: a rate-limited one takes `1/n` of it.
+    fn share_rate(&mut self, _n: usize) {}
 }
 
 /// Parses `name=value,name=value` positions.
@@ -411,6 +417,10 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
 
     fn restore(&mut self, _: &str) -> std::result::Result<(), String> {
         Err("a source of several splits is made from their positions, not restored".into())
+    }
+
+    fn pending(&self) -> Option<u64> {
+        self.sources.iter().map(|s| s.pending()).sum()
     }
 }
 
@@ -584,23 +594,43 @@ pub fn generator_vocabulary() -> (Vec<f64>, Vec<String>) {
 }
 
 /// `data_generator`: lines `subtask, subtask + p, ...` (unbounded) or this subtask's contiguous
-/// share of `0..count`, optionally at `rate` lines per second (for the whole source).
+/// share of `0..count`, optionally at a rate: `rates` are `(from line, lines per second)` steps for
+/// this subtask (its share of the whole source's rate), the step whose first line `next` reached
+/// applies. Behind schedule (backpressured), it reads as fast as it can until it caught up, and
+/// reports how far behind it is as pending records (a Kafka source's lag); waiting for a line's
+/// time is idle time.
 #[derive(Debug)]
 pub(crate) struct GeneratorSource {
     pub seed: u64,
     pub next: u64,
     pub end: Option<u64>,
     pub step: u64,
-    pub rate: Option<f64>,
+    pub rates: Vec<(u64, f64)>,
     pub emitted: u64,
-    pub started: Option<Instant>,
+    /// Where the current rate's clock started: when, at which rate, after how many lines.
+    pub started: Option<(Instant, f64, u64)>,
     pub vocabulary: (Vec<f64>, Vec<String>),
+    /// Lines behind the schedule at the last batch.
+    pub lag: Option<u64>,
+    pub metrics: Arc<TaskMetrics>,
+}
+
+impl GeneratorSource {
+    fn rate(&self) -> Option<f64> {
+        self.rates
+            .iter()
+            .rev()
+            .find(|(from, _)| self.next >= *from)
+            .map(|(_, r)| *r)
+            .filter(|r| *r > 0.0)
+    }
 }
 
 #[async_trait]
 impl Source<String> for GeneratorSource {
     async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
-        let batch = match self.rate {
+        let rate = self.rate();
+        let batch = match rate {
             Some(r) => ((r / 10.0) as u64).clamp(1, 1024),
             None => 1024,
         };
@@ -617,10 +647,20 @@ impl Source<String> for GeneratorSource {
             self.next += self.step;
             self.emitted += 1;
         }
-        if let Some(rate) = self.rate.filter(|r| *r > 0.0) {
-            let started = *self.started.get_or_insert_with(Instant::now);
-            let due = started + Duration::from_secs_f64(self.emitted as f64 / rate);
-            tokio::time::sleep_until(due.into()).await;
+        if let Some(rate) = rate {
+            let (since, _, base) = match self.started {
+                Some(s) if s.1 == rate => s,
+                _ => *self
+                    .started
+                    .insert((Instant::now(), rate, self.emitted - batch.min(self.emitted))),
+            };
+            let done = (self.emitted - base) as f64;
+            let due_now = since.elapsed().as_secs_f64() * rate;
+            self.lag = Some((due_now - done).max(0.0) as u64);
+            let due = since + Duration::from_secs_f64(done / rate);
+            self.metrics
+                .waiting(crate::types::Wait::Input, tokio::time::sleep_until(due.into()))
+                .await;
         }
         Ok(self.end.is_none_or(|e| self.next < e))
     }
@@ -652,6 +692,16 @@ impl Source<String> for GeneratorSource {
         }
         (self.next, self.step, self.end) = (next, step, end);
         Ok(())
+    }
+
+    fn pending(&self) -> Option<u64> {
+        self.lag
+    }
+
+    fn share_rate(&mut self, n: usize) {
+        for (_, r) in &mut self.rates {
+            *r /= n.max(1) as f64;
+        }
     }
 }
 
@@ -1483,10 +1533,12 @@ mod tests {
             next: 0,
             end: Some(0),
             step: 1,
-            rate: None,
+            rates: Vec::new(),
             emitted: 0,
             started: None,
             vocabulary: generator_vocabulary(),
+            lag: None,
+            metrics: Arc::default(),
         };
         let mut a = make();
         a.restore("next=10,step=1,end=2000").expect("restore");

@@ -180,15 +180,16 @@ pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Resul
 /// Source(4) -> Map(4) -> Reduce(3) example of Flink's scheduling docs.
 ///
 /// `--output PATH [--records N (lines; 0 = unbounded; default 100000)] [--rate LINES_PER_S]
-/// [--seed S] [--source-parallelism P] [--map-parallelism P] [--reduce-parallelism P]
+/// [--rate-after LINE:LINES_PER_S (the rate from that line on)] [--seed S] [--source-parallelism P] [--map-parallelism P] [--reduce-parallelism P]
 /// [--sink-delay-us D (a deliberately slow sink)] [--aggregate reduce|sum (default reduce)]`;
 /// output lines `word<TAB>count`.
 pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
-    const KNOWN: [&str; 9] = [
+    const KNOWN: [&str; 10] = [
         "output",
         "aggregate",
         "records",
         "rate",
+        "rate-after",
         "seed",
         "source-parallelism",
         "map-parallelism",
@@ -217,6 +218,28 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
                 .map_err(|_| Error::argument("--rate", format!("expected lines per second, got {v:?}")))?,
         ),
     };
+    // `--rate-after LINE:RATE`: from line LINE on, RATE lines per second (a load that drops or
+    // grows, for the autoscaler).
+    let mut rates: Vec<(u64, f64)> = rate.map(|r| vec![(0, r)]).unwrap_or_default();
+    if let Some(v) = a.get("rate-after") {
+        let step = v
+            .split_once(':')
+            .and_then(|(line, r)| Some((line.parse::<u64>().ok()?, r.parse::<f64>().ok()?)))
+            .filter(|(_, r)| *r > 0.0)
+            .ok_or_else(|| {
+                Error::argument(
+                    "--rate-after",
+                    format!("expected LINE:RATE (a line number and lines per second), got {v:?}"),
+                )
+            })?;
+        if rates.is_empty() {
+            return Err(Error::argument(
+                "--rate-after",
+                "needs --rate (the rate before it)",
+            ));
+        }
+        rates.push(step);
+    }
     let seed = number("seed", 42)?;
     // Unset: the environment's (0 when `parallelism.default` is auto: decided at run time).
     let parallelism = |key: &str| -> Result<u32> {
@@ -232,7 +255,7 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
     );
     let delay = std::time::Duration::from_micros(number("sink-delay-us", 0)?);
     let words = env
-        .data_generator(seed, (records > 0).then_some(records), rate)
+        .data_generator_at_rates(seed, (records > 0).then_some(records), rates)
         .set_parallelism(sp)
         .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
             tokenize(&line, |w| out.collect((w.to_string(), 1)))

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
 use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
 pub use crate::types::TaskMetrics;
+use crate::types::Wait;
 
 /// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
 #[derive(Default)]
@@ -468,12 +469,19 @@ impl<T: Data> Head for InputHead<T> {
 pub(crate) struct SourceHead<T, S> {
     pub source: S,
     pub chain: BoxOp<T>,
+    pub metrics: Arc<TaskMetrics>,
 }
 
 #[async_trait]
 impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
     async fn produce(&mut self) -> Result<bool> {
-        self.source.produce(&mut *self.chain).await
+        let more = self.source.produce(&mut *self.chain).await?;
+        if let Some(n) = self.source.pending() {
+            self.metrics
+                .pending_records
+                .store(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(more)
     }
 
     fn push_buffer(&mut self, _: &[u8]) -> Result<()> {
@@ -501,6 +509,7 @@ impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
 /// One subtask, ready to run: created by [`crate::BuiltJob::create_task`].
 pub struct Task {
     pub(crate) vertex: u32,
+    pub(crate) metrics: Arc<TaskMetrics>,
     pub(crate) head: Box<dyn Head>,
     pub(crate) input: Option<Box<dyn InputGate>>,
     pub(crate) outputs: Vec<Box<dyn PartitionWriter>>,
@@ -520,15 +529,22 @@ impl std::fmt::Debug for Task {
     }
 }
 
+/// Hands the chain's finished buffers on. Waiting for an output's buffers is backpressure; a
+/// sink's write is the sink's own work (busy time), as in Flink.
 async fn dispatch(
     pending: &mut Vec<Chunk>,
     outputs: &mut [Box<dyn PartitionWriter>],
     sink: &mut Option<Box<dyn SinkIo>>,
+    metrics: &TaskMetrics,
 ) -> Result<()> {
     for chunk in pending.drain(..) {
         match chunk.target {
             Target::Output(i) => match outputs.get_mut(i) {
-                Some(w) => w.emit(chunk.subpartition, chunk.bytes).await?,
+                Some(w) => {
+                    metrics
+                        .waiting(Wait::Output, w.emit(chunk.subpartition, chunk.bytes))
+                        .await?
+                }
                 None => return Err(Error::Graph(format!("no output {i}"))),
             },
             Target::Sink => match sink.as_mut() {
@@ -568,6 +584,7 @@ impl Checkpoints {
 }
 
 struct Running {
+    metrics: Arc<TaskMetrics>,
     head: Box<dyn Head>,
     outputs: Vec<Box<dyn PartitionWriter>>,
     sink: Option<Box<dyn SinkIo>>,
@@ -578,7 +595,13 @@ struct Running {
 impl Running {
     async fn flush(&mut self, all: bool) -> Result<()> {
         self.head.drain(all, &mut self.pending);
-        dispatch(&mut self.pending, &mut self.outputs, &mut self.sink).await?;
+        dispatch(
+            &mut self.pending,
+            &mut self.outputs,
+            &mut self.sink,
+            &self.metrics,
+        )
+        .await?;
         if let Some(failure) = self.head.failure() {
             return Err(Error::State(failure));
         }
@@ -600,7 +623,7 @@ impl Running {
             snapshot.sink = sink.pre_commit(id).await?;
         }
         for w in &mut self.outputs {
-            w.emit_barrier(id).await?;
+            self.metrics.waiting(Wait::Output, w.emit_barrier(id)).await?;
         }
         if let Some(tx) = &self.checkpoints.snapshots {
             let _ = tx.send(snapshot);
@@ -654,6 +677,7 @@ impl Task {
     pub async fn run(self) -> Result<Vec<PartitionStats>> {
         let Task {
             vertex,
+            metrics,
             head,
             input,
             outputs,
@@ -665,7 +689,9 @@ impl Task {
             Some(c) => (Some(c.control), Some(c.snapshots)),
             None => (None, None),
         };
+        let _ = metrics.running_since.set(std::time::Instant::now());
         let mut task = Running {
+            metrics: metrics.clone(),
             head,
             outputs,
             sink,
@@ -694,7 +720,8 @@ impl Task {
             },
             Some(mut gate) => loop {
                 let item = {
-                    let next = gate.next();
+                    // Waiting for input is idle time (a timer tick's flush inside it counts too).
+                    let next = metrics.waiting(Wait::Input, gate.next());
                     tokio::pin!(next);
                     // The same `next` future is polled across timer ticks and control messages, so
                     // a gate whose `next` is not cancel-safe loses nothing.

@@ -1,10 +1,14 @@
-//! Types every layer of the task runtime shares: the runtime mode, a task's record counters and
+//! Types every layer of the task runtime shares: the runtime mode, a task's counters and
 //! the hash map keyed operators and their snapshots use. They live apart so that `checkpoint`,
 //! `operators`, `io` and `task` depend on each other in one direction only
 //! (`checkpoint` <- `operators` <- `io` <- `task`), with this module and `data` beneath them all.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -38,11 +42,42 @@ impl std::str::FromStr for RuntimeMode {
     }
 }
 
-/// Record counters of one task, updated once per buffer, not per record.
-#[derive(Debug, Default)]
+/// Counters of one task, updated once per buffer or per wait, not per record: records, and the
+/// time it waited for input (idle) and for output buffers (backpressured), Flink's
+/// `idleTimeMsPerSecond` and `backPressuredTimeMsPerSecond`; busy time is the rest of its running
+/// time. A wait is timed only when the future it waits on is not ready at once
+/// ([`TaskMetrics::waiting`]), so a task that never waits pays one poll per buffer and no clock.
+#[derive(Debug)]
 pub struct TaskMetrics {
     pub records_in: AtomicU64,
     pub records_out: AtomicU64,
+    pub idle_ns: AtomicU64,
+    pub backpressured_ns: AtomicU64,
+    /// Records a source knows are due but has not read yet (Flink's `pendingRecords`, a Kafka
+    /// source's lag); `u64::MAX` when the source does not know.
+    pub pending_records: AtomicU64,
+    /// When the task began to run (after restoring its state): busy time counts from here.
+    pub running_since: OnceLock<Instant>,
+}
+
+impl Default for TaskMetrics {
+    fn default() -> Self {
+        TaskMetrics {
+            records_in: AtomicU64::new(0),
+            records_out: AtomicU64::new(0),
+            idle_ns: AtomicU64::new(0),
+            backpressured_ns: AtomicU64::new(0),
+            pending_records: AtomicU64::new(u64::MAX),
+            running_since: OnceLock::new(),
+        }
+    }
+}
+
+/// What a wait is for: input (idle) or output buffers (backpressure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Input,
+    Output,
 }
 
 impl TaskMetrics {
@@ -56,5 +91,50 @@ impl TaskMetrics {
         if n > 0 {
             self.records_out.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    pub(crate) fn add_wait(&self, wait: Wait, elapsed: Duration) {
+        let counter = match wait {
+            Wait::Input => &self.idle_ns,
+            Wait::Output => &self.backpressured_ns,
+        };
+        counter.fetch_add(
+            elapsed.as_nanos().min(u128::from(u64::MAX)) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Nanoseconds since the task began to run (0 before).
+    pub fn running_ns(&self) -> u64 {
+        self.running_since
+            .get()
+            .map_or(0, |t| t.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// The pending records a source reported, if it knows them.
+    pub fn pending(&self) -> Option<u64> {
+        match self.pending_records.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(n),
+        }
+    }
+
+    /// Awaits `fut`, adding the time from its first `Pending` to its completion to `wait`'s
+    /// counter: a future that is ready at once costs no clock read.
+    pub(crate) async fn waiting<F: Future>(&self, wait: Wait, fut: F) -> F::Output {
+        let mut fut = std::pin::pin!(fut);
+        let mut since: Option<Instant> = None;
+        let out = std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+            Poll::Ready(v) => Poll::Ready(v),
+            Poll::Pending => {
+                since.get_or_insert_with(Instant::now);
+                Poll::Pending
+            }
+        })
+        .await;
+        if let Some(t) = since {
+            self.add_wait(wait, t.elapsed());
+        }
+        out
     }
 }

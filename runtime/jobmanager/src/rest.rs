@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use crate::error::Error;
-use crate::server::{EndedJob, JobEntry, JobManager};
+use crate::server::{EndedJob, JobEntry, JobManager, now_ms};
 
 pub fn router(jm: JobManager) -> Router {
     Router::new()
@@ -110,6 +110,15 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                         "slot": loc.map(|s| s.slot),
                         "records-in": m.counters[global].records_in,
                         "records-out": m.counters[global].records_out,
+                        // Flink's task metrics, over the last few seconds.
+                        "metrics": m.task_rates(global).map(|r| json!({
+                            "numRecordsInPerSecond": r.records_in_per_second,
+                            "numRecordsOutPerSecond": r.records_out_per_second,
+                            "busyTimeMsPerSecond": r.busy_ms_per_second,
+                            "backPressuredTimeMsPerSecond": r.backpressured_ms_per_second,
+                            "idleTimeMsPerSecond": r.idle_ms_per_second,
+                            "pendingRecords": m.counters[global].pending_records,
+                        })),
                         // Finished under an earlier JobManager; this one did not run it.
                         "restored-from-operation-log": m.restored_finished.contains(&ev.id),
                     })
@@ -176,6 +185,9 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
         "vertices": vertices,
         "regions": regions,
         "slots": slots,
+        // The slots the job would use if it had them (what the operator gives it replicas for).
+        "slots-wanted": m.slots_wanted(),
+        "autoscaler": m.autoscaler.as_ref().map(|a| autoscaler_json(a, now_ms())),
         "last-rescale": m.last_rescale.as_ref().map(|r| json!({
             "time": r.requested_ms,
             "from": r.from,
@@ -328,4 +340,46 @@ async fn taskmanagers(State(jm): State<JobManager>) -> Json<Value> {
 /// The attempt number within its leader epoch (attempt ids are `epoch << 32 | n`).
 fn attempt_number(attempt: u64) -> u64 {
     attempt & 0xffff_ffff
+}
+
+/// The autoscaler's phase, its newest evaluation and the rescales it asked for, each vertex with
+/// its rates and the reason for its parallelism.
+fn autoscaler_json(a: &crate::job::JobAutoscaler, now_ms: u64) -> Value {
+    use floe_scheduler::autoscaler::{Evaluation, Phase};
+    let evaluation = |e: &Evaluation| {
+        json!({
+            "time": e.at_ms,
+            "window-ms": e.window_ms,
+            "vertices": e.vertices.iter().map(|v| json!({
+                "id": v.id,
+                "parallelism": v.parallelism,
+                "proposed-parallelism": v.proposed,
+                "busyTimeMsPerSecond": v.busy_ms_per_second,
+                "backPressuredTimeMsPerSecond": v.backpressured_ms_per_second,
+                "idleTimeMsPerSecond": v.idle_ms_per_second,
+                "numRecordsInPerSecond": v.records_in_per_second,
+                "numRecordsOutPerSecond": v.records_out_per_second,
+                "true-processing-rate": v.true_processing_rate,
+                "target-rate": v.target_rate,
+                "catch-up-rate": v.catch_up_rate,
+                "pendingRecords": v.pending_records,
+                "reason": v.reason,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    let phase = match a.autoscaler.phase(now_ms) {
+        Phase::Stabilizing { .. } => "STABILIZING",
+        Phase::Collecting => "COLLECTING",
+        Phase::Evaluating => "EVALUATING",
+    };
+    json!({
+        "phase": phase,
+        "last-evaluation": a.autoscaler.last.as_ref().map(evaluation),
+        "decisions": a.decisions.iter().map(|d| json!({
+            "time": d.at_ms,
+            "from": d.from,
+            "to": d.to,
+            "evaluation": evaluation(&d.evaluation),
+        })).collect::<Vec<_>>(),
+    })
 }

@@ -243,7 +243,13 @@ pub struct Resources {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskManagerSpec {
+    /// TaskManagers to run; with the autoscaler and `maxReplicas`, the fewest.
     pub replicas: u32,
+    /// With `job.autoscaler.enabled`, the most TaskManagers the operator may run for the slots the
+    /// job wants (it raises the replicas up to here and lowers them back to `replicas`). Unset:
+    /// the replicas stay as `replicas` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<u32>,
     pub slots: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
@@ -291,6 +297,25 @@ pub struct FlinkJobStatus {
     /// The last error: an invalid spec or the job's failure cause.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the job autoscaler asked for, as the operator acted on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<AutoscalerStatus>,
+}
+
+/// The job autoscaler as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalerStatus {
+    /// The slots the job wants (its JobManager's `slots-wanted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots_wanted: Option<u32>,
+    /// The TaskManager replicas the operator runs for them (within `replicas`..`maxReplicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_managers: Option<i32>,
+    /// When the newest rescale decision the operator has reported as an event was made (ms since
+    /// the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision_time: Option<u64>,
 }
 
 /// The job as the JobManager reports it.
@@ -429,6 +454,19 @@ fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()>
 pub const MAX_REPLICAS: u32 = i32::MAX as u32;
 
 impl FlinkJobSpec {
+    /// Whether the job autoscaler runs (`job.autoscaler.enabled: true` in the configuration).
+    pub fn autoscaler_enabled(&self) -> bool {
+        self.configuration
+            .get("job.autoscaler.enabled")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    }
+
+    /// Whether the operator raises and lowers the TaskManagers for the slots the autoscaler
+    /// wants: it runs, and `spec.taskManager.maxReplicas` bounds it.
+    pub fn autoscales_taskmanagers(&self) -> bool {
+        self.autoscaler_enabled() && self.task_manager.max_replicas.is_some()
+    }
+
     /// Checks what the schema cannot: names, numbers and values in range. Field names are the
     /// manifest's (`spec.taskManager.replicas`), so the message tells a user what to edit.
     pub fn validate(&self) -> Result<()> {
@@ -451,6 +489,17 @@ impl FlinkJobSpec {
                 "spec.taskManager.replicas",
                 format!(
                     "expected at most {MAX_REPLICAS} (a Deployment's replicas is a 32-bit integer), got {}",
+                    self.task_manager.replicas
+                ),
+            );
+        }
+        if let Some(max) = self.task_manager.max_replicas
+            && (max < self.task_manager.replicas || max > MAX_REPLICAS)
+        {
+            return field_error(
+                "spec.taskManager.maxReplicas",
+                format!(
+                    "expected from spec.taskManager.replicas ({}) to {MAX_REPLICAS}, got {max}",
                     self.task_manager.replicas
                 ),
             );

@@ -5,10 +5,12 @@
 //! Read in this order: [`JobGraph`] (what the user's job is), [`ExecutionGraph`] (its parallel form,
 //! all-to-all edges stored as consumed partition groups), [`PipelinedRegions`] (the units of
 //! scheduling), [`PipelinedRegionSchedulingStrategy`] (what to deploy next), [`failover`] (what to
-//! restart), [`slots`] (where subtasks go), [`adaptive`] (parallelism decided from data), and [`plan`]
-//! (all of it at once). State machines live in [`state`].
+//! restart), [`slots`] (where subtasks go), [`adaptive`] (parallelism decided from data),
+//! [`autoscaler`] (the parallelism a running job needs, from its busy time and rates), and
+//! [`plan`] (all of it at once). State machines live in [`state`].
 
 pub mod adaptive;
+pub mod autoscaler;
 pub mod error;
 pub mod execution_graph;
 pub mod failover;

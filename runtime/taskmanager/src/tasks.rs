@@ -65,11 +65,7 @@ impl TaskManager {
             state: pb::ExecutionStateProto::from(state) as i32,
             error,
             produced,
-            metrics: metrics.map(|m| pb::TaskMetrics {
-                id: Some(id.clone()),
-                records_in: m.records_in.load(Ordering::Relaxed),
-                records_out: m.records_out.load(Ordering::Relaxed),
-            }),
+            metrics: metrics.map(|m| task_metrics(id, m)),
             unavailable_partitions: Vec::new(),
             non_recoverable: false,
         }
@@ -196,11 +192,7 @@ impl TaskManager {
                 }
                 None => {
                     let id = attempt_id(k);
-                    metrics.push(pb::TaskMetrics {
-                        id: Some(id.clone()),
-                        records_in: entry.metrics.records_in.load(Ordering::Relaxed),
-                        records_out: entry.metrics.records_out.load(Ordering::Relaxed),
-                    });
+                    metrics.push(task_metrics(&id, &entry.metrics));
                     executions.push(self.update(&id, entry.state, String::new(), Vec::new(), None));
                 }
             }
@@ -216,5 +208,18 @@ impl TaskManager {
                 tasks.remove(k);
             }
         }
+    }
+}
+
+/// A task's counters as the heartbeat and the final report carry them.
+fn task_metrics(id: &pb::ExecutionAttemptId, m: &TaskMetrics) -> pb::TaskMetrics {
+    pb::TaskMetrics {
+        id: Some(id.clone()),
+        records_in: m.records_in.load(Ordering::Relaxed),
+        records_out: m.records_out.load(Ordering::Relaxed),
+        idle_ns: m.idle_ns.load(Ordering::Relaxed),
+        backpressured_ns: m.backpressured_ns.load(Ordering::Relaxed),
+        running_ns: m.running_ns(),
+        pending_records: m.pending(),
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use floe_scheduler::adaptive::AdaptiveBatchParallelismDecider;
+use floe_scheduler::autoscaler::AutoscalerConfig;
 
 use crate::error::{Error, Result};
 
@@ -211,12 +212,124 @@ pub fn adaptive_decider(conf: &BTreeMap<String, String>) -> Result<AdaptiveBatch
     Ok(d)
 }
 
+/// Flink's autoscaler keys (the Flink Kubernetes Operator's `job.autoscaler.*`).
+pub const AUTOSCALER_PREFIX: &str = "job.autoscaler.";
+
+/// The job autoscaler's settings when `job.autoscaler.enabled` is true (`None`: off), with
+/// Flink's defaults; it needs the adaptive scheduler, which rescales in place.
+pub fn autoscaler(conf: &BTreeMap<String, String>) -> Result<Option<AutoscalerConfig>> {
+    let key = |name: &str| format!("{AUTOSCALER_PREFIX}{name}");
+    let enabled = match conf.get(&key("enabled")).map(|v| v.trim().to_ascii_lowercase()) {
+        None => false,
+        Some(v) if v == "true" => true,
+        Some(v) if v == "false" => false,
+        Some(v) => {
+            return Err(Error::Config {
+                key: key("enabled"),
+                message: format!("expected true or false, got {v:?}"),
+            });
+        }
+    };
+    if !enabled {
+        return Ok(None);
+    }
+    if adaptive_scheduler(conf)?.is_none() {
+        return Err(Error::Config {
+            key: key("enabled"),
+            message: format!(
+                "the autoscaler rescales the running job in place: set {SCHEDULER_KEY}: adaptive"
+            ),
+        });
+    }
+    let mut c = AutoscalerConfig::default();
+    let ms = |name: &str, into: &mut u64| -> Result<()> {
+        if let Some(d) = duration_setting(conf, &key(name))? {
+            *into = d.as_millis() as u64;
+        }
+        Ok(())
+    };
+    ms("stabilization.interval", &mut c.stabilization_ms)?;
+    ms("metrics.window", &mut c.window_ms)?;
+    ms("scale-down.interval", &mut c.scale_down_interval_ms)?;
+    ms("catch-up.duration", &mut c.catch_up_ms)?;
+    ms("restart.time", &mut c.restart_ms)?;
+    let fraction = |name: &str, into: &mut f64, range: std::ops::RangeInclusive<f64>| -> Result<()> {
+        if let Some(v) = conf.get(&key(name)) {
+            match v.trim().parse::<f64>() {
+                Ok(x) if range.contains(&x) => *into = x,
+                _ => {
+                    return Err(Error::Config {
+                        key: key(name),
+                        message: format!(
+                            "expected a number from {} to {}, got {v:?}",
+                            range.start(),
+                            range.end()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+    fraction("target.utilization", &mut c.target_utilization, 0.01..=1.0)?;
+    fraction(
+        "target.utilization.boundary",
+        &mut c.utilization_boundary,
+        0.0..=1.0,
+    )?;
+    fraction("scale-up.max-factor", &mut c.scale_up_max_factor, 0.0..=f64::MAX)?;
+    fraction("scale-down.max-factor", &mut c.scale_down_max_factor, 0.0..=1.0)?;
+    if let Some(v) = conf.get(&key("metrics.busy-time.aggregator")) {
+        use floe_scheduler::autoscaler::BusyTimeAggregator;
+        c.busy_time_aggregator = match v.trim().to_ascii_uppercase().as_str() {
+            "MAX" => BusyTimeAggregator::Max,
+            "AVG" => BusyTimeAggregator::Avg,
+            "MIN" => BusyTimeAggregator::Min,
+            _ => {
+                return Err(Error::Config {
+                    key: key("metrics.busy-time.aggregator"),
+                    message: format!("expected MAX, AVG or MIN, got {v:?}"),
+                });
+            }
+        };
+    }
+    let positive = |name: &str, into: &mut u32| -> Result<()> {
+        if let Some(v) = conf.get(&key(name)) {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => *into = n,
+                _ => {
+                    return Err(Error::Config {
+                        key: key(name),
+                        message: format!("expected a positive integer, got {v:?}"),
+                    });
+                }
+            }
+        }
+        Ok(())
+    };
+    positive("vertex.min-parallelism", &mut c.vertex_min_parallelism)?;
+    positive("vertex.max-parallelism", &mut c.vertex_max_parallelism)?;
+    if c.vertex_min_parallelism > c.vertex_max_parallelism {
+        return Err(Error::Config {
+            key: key("vertex.min-parallelism"),
+            message: format!(
+                "{} is above {} = {}",
+                c.vertex_min_parallelism,
+                key("vertex.max-parallelism"),
+                c.vertex_max_parallelism
+            ),
+        });
+    }
+    Ok(Some(c))
+}
+
 /// Checks every key the JobManager reads from a job's configuration (restart strategy,
-/// checkpointing, slot request timeout, heartbeats, the adaptive batch decider): what `floe run`
+/// checkpointing, slot request timeout, heartbeats, the adaptive batch decider, the autoscaler): what `floe run`
 /// runs before it starts a cluster, and a submission before the job is accepted.
 pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
     RestartStrategy::from_configuration(conf)?;
     adaptive_decider(conf)?;
+    autoscaler(conf)?;
     if adaptive_scheduler(conf)?.is_some() && checkpoint_config(conf)?.is_none() {
         return Err(Error::Config {
             key: SCHEDULER_KEY.into(),

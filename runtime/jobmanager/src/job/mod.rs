@@ -23,17 +23,19 @@ use crate::error::{Error, Result};
 use floe_checkpoint::{CompletedCheckpoint, TaskSnapshot};
 
 mod adaptive;
+mod autoscale;
 mod checkpoint;
 mod config;
 mod reports;
 mod rescale;
 
 pub use adaptive::VertexDecision;
+pub use autoscale::{JobAutoscaler, ScalingDecision, TaskRates};
 use config::checkpoint_config;
 pub use config::{
-    ADAPTIVE_PREFIX, AdaptiveScheduler, RestartStrategy, SCHEDULER_KEY, SLOT_REQUEST_TIMEOUT_KEY,
-    adaptive_decider, adaptive_scheduler, duration_setting, no_resource_available, parse_duration,
-    validate_configuration,
+    ADAPTIVE_PREFIX, AUTOSCALER_PREFIX, AdaptiveScheduler, RestartStrategy, SCHEDULER_KEY,
+    SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, adaptive_scheduler, duration_setting, no_resource_available,
+    parse_duration, validate_configuration,
 };
 pub use rescale::{ParallelismBounds, Rescale};
 
@@ -114,11 +116,17 @@ pub enum Action {
     },
 }
 
-/// Per-subtask counters reported by TaskManagers.
+/// Per-subtask counters reported by TaskManagers, cumulative since the attempt began to run:
+/// records, and nanoseconds waiting for input (idle), for output buffers (backpressured) and
+/// running in all; a source's pending records when it knows them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskCounters {
     pub records_in: u64,
     pub records_out: u64,
+    pub idle_ns: u64,
+    pub backpressured_ns: u64,
+    pub running_ns: u64,
+    pub pending_records: Option<u64>,
 }
 
 /// One job's scheduling state and its reactions to events.
@@ -200,6 +208,10 @@ pub struct JobMaster {
     declared: Vec<u32>,
     /// When the job last started or rescaled (the adaptive scheduler's scaling interval).
     last_scaled_ms: u64,
+    /// `job.autoscaler.enabled`: the autoscaler and its decisions.
+    pub autoscaler: Option<JobAutoscaler>,
+    /// The tasks' counters at two times a few seconds apart, for per-second rates.
+    rate_samples: ((u64, Vec<TaskCounters>), (u64, Vec<TaskCounters>)),
 }
 
 /// The execution slot sharing group of each subtask, by global index.
@@ -267,6 +279,8 @@ impl JobMaster {
         };
         // Checked with the rest by `validate_configuration` above (it needs checkpointing).
         let adaptive_scheduler = adaptive_scheduler(&args.configuration)?;
+        let autoscaler = config::autoscaler(&args.configuration)?
+            .map(|c| JobAutoscaler::new(floe_scheduler::autoscaler::Autoscaler::new(c, 0)));
         let declared = job_graph.vertices().iter().map(|v| v.parallelism).collect();
         let graph = ExecutionGraph::with_first_attempt(job_graph, first_attempt);
         let regions = PipelinedRegions::compute(&graph);
@@ -330,6 +344,8 @@ impl JobMaster {
             adaptive_scheduler,
             declared,
             last_scaled_ms: 0,
+            autoscaler,
+            rate_samples: Default::default(),
         })
     }
 

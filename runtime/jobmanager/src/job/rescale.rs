@@ -236,6 +236,7 @@ impl JobMaster {
     /// The job started (or rescaled) now: the scaling interval counts from here.
     pub fn mark_scaled(&mut self, now_ms: u64) {
         self.last_scaled_ms = now_ms;
+        self.autoscaler_restarted(now_ms);
     }
 
     /// Rebuilds the graph at `target` parallelism per vertex, deploying nothing: attempt numbers
@@ -300,6 +301,7 @@ impl JobMaster {
             checkpoint = c.latest.as_ref().map(|l| l.id);
         }
         self.last_scaled_ms = now_ms;
+        self.autoscaler_restarted(now_ms);
         self.last_rescale = Some(Rescale {
             requested_ms,
             deployed_ms: now_ms,

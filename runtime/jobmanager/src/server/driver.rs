@@ -52,7 +52,8 @@ impl JobManager {
         self.perform(actions);
     }
 
-    /// The adaptive scheduler: running jobs that can use more of the slots now free scale up.
+    /// The adaptive scheduler: running jobs that can use more of the slots now free scale up;
+    /// the autoscaler's evaluations.
     pub(crate) fn scale_adaptive_jobs(&self) {
         let mut actions = Vec::new();
         {
@@ -60,6 +61,7 @@ impl JobManager {
             let free = Self::free_slots(&state);
             for job in state.jobs.values_mut() {
                 actions.extend(job.master.maybe_scale_up(&free, now_ms()));
+                actions.extend(job.master.autoscale(&free, now_ms()));
             }
         }
         self.perform(actions);

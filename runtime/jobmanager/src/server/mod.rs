@@ -480,10 +480,7 @@ impl JobManager {
                 bytes_per_subpartition: p.bytes_per_subpartition,
             })
             .collect();
-        let counters = r.metrics.map(|m| TaskCounters {
-            records_in: m.records_in,
-            records_out: m.records_out,
-        });
+        let counters = r.metrics.as_ref().map(TaskCounters::from);
         let error = (!r.error.is_empty()).then_some(r.error);
         if state == ExecutionState::Failed
             && r.non_recoverable

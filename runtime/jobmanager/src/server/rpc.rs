@@ -179,17 +179,11 @@ impl JobManagerRpc for JobManager {
             tm.rss_peak_bytes = tm.rss_peak_bytes.max(r.rss_peak_bytes);
             let address = tm.address.clone();
             for m in r.metrics {
-                let Ok(id) = attempt_from_proto(m.id) else {
+                let Ok(id) = attempt_from_proto(m.id.clone()) else {
                     continue;
                 };
                 if let Some(job) = state.jobs.get_mut(&id.job_id) {
-                    job.master.update_counters(
-                        &id,
-                        TaskCounters {
-                            records_in: m.records_in,
-                            records_out: m.records_out,
-                        },
-                    );
+                    job.master.update_counters(&id, TaskCounters::from(&m));
                 }
             }
             address
@@ -340,6 +334,19 @@ impl JobManagerRpc for JobManager {
             Ok(()) => Ok(Response::new(pb::Ack {})),
             Err(Error::UnknownJob(id)) => Err(Status::not_found(format!("job {id} not found"))),
             Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+}
+
+impl From<&pb::TaskMetrics> for TaskCounters {
+    fn from(m: &pb::TaskMetrics) -> Self {
+        TaskCounters {
+            records_in: m.records_in,
+            records_out: m.records_out,
+            idle_ns: m.idle_ns,
+            backpressured_ns: m.backpressured_ns,
+            running_ns: m.running_ns,
+            pending_records: m.pending_records,
         }
     }
 }
