@@ -216,7 +216,14 @@ fn the_adaptive_scheduler_follows_the_taskmanagers() -> Result<(), Failed> {
             || j["state"] != "RUNNING"
     });
     assert_eq!(reactive["state"], "RUNNING", "{reactive}");
-    assert_eq!(reactive["restarts"], 1, "the lost TaskManager is one restart");
+    // One restart for the loss; a second when a consumer on the surviving TaskManager reported
+    // its broken input first (a failover whose redeployment to the dead TaskManager is then
+    // refused, which is the loss): a race of the kill, seen on a loaded machine.
+    let restarts = reactive["restarts"].as_u64().unwrap();
+    assert!(
+        (1..=2).contains(&restarts),
+        "the lost TaskManager is one restart (two if a failure came first): {restarts}"
+    );
     let done = wait_job(&rest, Duration::from_secs(90), |j| {
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
     });

@@ -161,13 +161,14 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
     serde_yaml::to_string(&doc).unwrap_or_default()
 }
 
-/// The manifest without what changes by scaling (replicas, suspend and resume): those change the
+/// The manifest without what changes by scaling (replicas and their bound, suspend and resume): those change the
 /// Deployments' replicas, and must not restart the JobManager (which would run the job anew).
 fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
     job.metadata.generation = None;
     job.metadata.uid = None;
     job.spec.task_manager.replicas = 1;
+    job.spec.task_manager.max_replicas = None;
     job.spec.job.state = DesiredState::Running;
     manifest_yaml(&job)
 }
