@@ -144,16 +144,23 @@ fn meta(job: &FlinkJob, name: String, component: Option<Component>) -> ObjectMet
 /// The manifest the JobManager reads (`floe jobmanager --job-file`): the FlinkJob without status or
 /// server-set metadata, so the same file would run under `floe run -f`.
 pub fn manifest_yaml(job: &FlinkJob) -> String {
+    manifest_doc(job, deployed_generation(job))
+}
+
+/// The manifest as YAML with `generation` as its `metadata.generation`.
+fn manifest_doc(job: &FlinkJob, generation: Option<i64>) -> String {
     let doc = serde_json::json!({
         "apiVersion": floe_manifest::API_VERSION,
         "kind": floe_manifest::KIND,
         // uid and generation tell the JobManager whether its logged job belongs to this deployment
-        // (a resume after suspend, a FlinkJob created again under the same name, are new ones).
+        // (a changed spec, a resume after suspend, a FlinkJob created again under the same name
+        // are new ones). The generation is the deployed one, not the FlinkJob's: a scale changes
+        // the latter, and must not make a restarted JobManager run the job from scratch.
         "metadata": ObjectMeta {
             name: Some(job.name().to_string()),
             namespace: job.metadata.namespace.clone(),
             uid: job.metadata.uid.clone(),
-            generation: job.metadata.generation,
+            generation,
             ..ObjectMeta::default()
         },
         "spec": job.spec,
@@ -161,16 +168,40 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
     serde_yaml::to_string(&doc).unwrap_or_default()
 }
 
-/// The manifest without what changes by scaling (replicas and their bound, suspend and resume): those change the
-/// Deployments' replicas, and must not restart the JobManager (which would run the job anew).
+/// The manifest without what changes by scaling (replicas and their bound, suspend and resume):
+/// those change the Deployments' replicas, and must not restart the JobManager (which would run
+/// the job anew).
 fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
-    job.metadata.generation = None;
     job.metadata.uid = None;
     job.spec.task_manager.replicas = 1;
     job.spec.task_manager.max_replicas = None;
     job.spec.job.state = DesiredState::Running;
-    manifest_yaml(&job)
+    manifest_doc(&job, None)
+}
+
+/// The hash of what defines the job (the manifest without scaling, suspend and resume).
+pub fn spec_hash(job: &FlinkJob) -> String {
+    config_hash(&hashed_manifest(job))
+}
+
+/// The FlinkJob generation the job was deployed at: the current one when what defines the job
+/// changed since (its [`spec_hash`]) or the job resumes from suspended, else the one recorded in
+/// `status.deployed`; while suspended, the recorded one (the resume deploys anew).
+pub fn deployed_generation(job: &FlinkJob) -> Option<i64> {
+    let current = job.metadata.generation;
+    let Some(status) = &job.status else {
+        return current;
+    };
+    let recorded = status.deployed.as_ref();
+    if job.spec.job.state == DesiredState::Suspended {
+        return recorded.map(|d| d.generation).or(current);
+    }
+    let resumed = status.lifecycle_state.as_deref() == Some(crate::status::lifecycle::SUSPENDED);
+    match recorded {
+        Some(d) if !resumed && d.spec_hash == spec_hash(job) => Some(d.generation),
+        _ => current,
+    }
 }
 
 /// FNV-1a of the manifest: stable across processes and Rust versions, unlike `DefaultHasher`.
@@ -418,7 +449,7 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component, taskman
     let mut pod_labels = template.labels.clone();
     pod_labels.extend(labels(job, Some(component)));
     let mut annotations = template.annotations.clone();
-    annotations.insert(CONFIG_HASH_ANNOTATION.into(), config_hash(&hashed_manifest(job)));
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), spec_hash(job));
     Deployment {
         metadata: meta(job, object_name(job, component), Some(component)),
         spec: Some(DeploymentSpec {
@@ -427,8 +458,10 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component, taskman
                 match_labels: Some(selector_labels(job, component)),
                 ..LabelSelector::default()
             },
-            // A job has one JobManager: never two at once during a rollout.
-            strategy: (component == Component::JobManager).then(|| DeploymentStrategy {
+            // A job has one JobManager: never two at once during a rollout. TaskManagers are
+            // recreated too: rolled one by one while the JobManager is replaced, old ones would
+            // register with the new JobManager and then be killed, each costing the job a restart.
+            strategy: Some(DeploymentStrategy {
                 type_: Some("Recreate".into()),
                 ..DeploymentStrategy::default()
             }),
@@ -556,6 +589,12 @@ mod tests {
         let d = desired(&job, &defaults());
         let tm = d.taskmanager.spec.as_ref().unwrap();
         assert_eq!(tm.replicas, Some(2));
+        // Issue 13: both Deployments are recreated, never rolled (no old TaskManager registers
+        // with a new JobManager and is killed after).
+        for spec in [tm, d.jobmanager.spec.as_ref().unwrap()] {
+            let strategy = spec.strategy.as_ref().and_then(|s| s.type_.as_deref());
+            assert_eq!(strategy, Some("Recreate"));
+        }
         let c = &tm.template.spec.as_ref().unwrap().containers[0];
         let args = c.args.as_ref().unwrap().join(" ");
         assert!(args.contains("--slots 2"), "{args}");
@@ -593,6 +632,88 @@ mod tests {
         assert_eq!(d.jobmanager.spec.unwrap().replicas, Some(0));
         assert_eq!(d.taskmanager.spec.unwrap().replicas, Some(0));
         assert!(d.jobmanager_service.spec.is_some());
+    }
+
+    /// Issue 13, item 5: the JobManager tells a new deployment from a restart by the manifest's
+    /// generation. A scale (a new FlinkJob generation, the same spec) keeps the deployed one, so a
+    /// JobManager restarted after it resumes the job from its log; a changed spec, or a resume
+    /// from suspended, is deployed at the new generation (the job runs anew).
+    #[test]
+    fn a_scale_keeps_the_deployed_generation_and_a_spec_change_or_a_resume_takes_the_new_one() {
+        let manifest_generation = |j: &FlinkJob| {
+            let yaml = config_map(j).data.unwrap()[MANIFEST_FILE].clone();
+            FlinkJob::from_yaml(&yaml).unwrap().metadata.generation
+        };
+        let mut job = example();
+        job.metadata.generation = Some(1);
+        let observed = crate::status::Observed::Job(crate::jobmanager_api::JobOverview {
+            id: "j".into(),
+            name: "wordcount".into(),
+            state: "RUNNING".into(),
+            start_time_ms: None,
+            failure: None,
+            parallelism: Some(4),
+            slots_wanted: None,
+            autoscaler_decisions: Vec::new(),
+        });
+        let status = |j: &FlinkJob| crate::status::compute(j, &observed, k8s_openapi::jiff::Timestamp::now());
+        job.status = Some(status(&job));
+        assert_eq!(
+            job.status.as_ref().unwrap().deployed.as_ref().unwrap().generation,
+            1
+        );
+
+        let mut scaled = job.clone();
+        scaled.metadata.generation = Some(2);
+        scaled.spec.task_manager.replicas = 4;
+        scaled.spec.task_manager.max_replicas = Some(6);
+        assert_eq!(
+            manifest_generation(&scaled),
+            Some(1),
+            "a scale is not a new deployment"
+        );
+        scaled.status = Some(status(&scaled));
+        assert_eq!(
+            scaled
+                .status
+                .as_ref()
+                .unwrap()
+                .deployed
+                .as_ref()
+                .unwrap()
+                .generation,
+            1
+        );
+
+        let mut changed = scaled.clone();
+        changed.metadata.generation = Some(3);
+        changed.spec.job.args.push("--seed".into());
+        assert_eq!(
+            manifest_generation(&changed),
+            Some(3),
+            "a changed spec is deployed anew"
+        );
+
+        // Suspended at generation 4: still the deployed 1; resumed at 5: deployed anew.
+        let mut suspended = scaled.clone();
+        suspended.metadata.generation = Some(4);
+        suspended.spec.job.state = DesiredState::Suspended;
+        assert_eq!(manifest_generation(&suspended), Some(1));
+        let suspended_status = crate::status::compute(
+            &suspended,
+            &crate::status::Observed::Suspended { cancelled: None },
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        assert_eq!(suspended_status.lifecycle_state.as_deref(), Some("SUSPENDED"));
+        let mut resumed = suspended.clone();
+        resumed.status = Some(suspended_status);
+        resumed.metadata.generation = Some(5);
+        resumed.spec.job.state = DesiredState::Running;
+        assert_eq!(
+            manifest_generation(&resumed),
+            Some(5),
+            "a resume is a new deployment"
+        );
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The FlinkJob's status from what the operator observed, by pure functions: no clock (the time is an
 //! argument) and no I/O, so every case is a unit test.
 
-use floe_manifest::{AutoscalerStatus, DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
+use floe_manifest::{AutoscalerStatus, DeployedSpec, DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::jobmanager_api::{AutoscalerDecision, JobOverview};
-use crate::resources::{Component, selector_string};
+use crate::resources::{self, Component, selector_string};
 
 /// The condition that says whether the job runs (always written).
 pub const READY: &str = "Ready";
@@ -218,6 +218,10 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         task_manager_selector: Some(selector_string(job, Component::TaskManager)),
         error,
         autoscaler,
+        deployed: Some(DeployedSpec {
+            generation: resources::deployed_generation(job).unwrap_or(0),
+            spec_hash: resources::spec_hash(job),
+        }),
     }
 }
 

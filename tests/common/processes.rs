@@ -43,11 +43,16 @@ pub fn jobmanager(manifest: &Path, log: &Path) -> (Proc, String, String) {
 
 /// [`jobmanager`] with more command-line arguments (`--heartbeat-timeout-ms 2000`).
 pub fn jobmanager_with(manifest: &Path, log: &Path, extra: &[&str]) -> (Proc, String, String) {
+    jobmanager_at("127.0.0.1:0", manifest, log, extra)
+}
+
+/// [`jobmanager_with`] with its RPC endpoint at `rpc` (TaskManagers may be waiting for it there).
+pub fn jobmanager_at(rpc: &str, manifest: &Path, log: &Path, extra: &[&str]) -> (Proc, String, String) {
     let mut child = Command::new(super::FLOE)
         .args([
             "jobmanager",
             "--rpc-address",
-            "127.0.0.1:0",
+            rpc,
             "--rest-address",
             "127.0.0.1:0",
         ])

@@ -98,6 +98,10 @@ enum Command {
         /// Local directory for blocking shuffle partitions (default: a temp directory).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Give up (exit 1) when no JobManager took the registration within this many seconds.
+        /// Default: keep trying, with backoff up to 10 s, as a pod should.
+        #[arg(long)]
+        registration_timeout_s: Option<u64>,
         #[arg(long)]
         exit_on_stdin_eof: bool,
     },
@@ -259,7 +263,18 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             };
             let jm = floe_jobmanager::JobManager::new(config, floe_datastream::JobRegistry::builtin());
             runtime()?
-                .block_on(application::serve(jm, application))
+                .block_on(async {
+                    tokio::select! {
+                        served = application::serve(jm, application) => served,
+                        // In a pod this process is PID 1: without a handler SIGTERM does nothing
+                        // and every suspend or upgrade waits for the kill. The listeners close
+                        // with the process; a JobManager that takes over resumes from the log.
+                        () = terminated() => {
+                            tracing::info!("SIGTERM: the JobManager stops");
+                            Ok(())
+                        }
+                    }
+                })
                 .map_err(|e| Failure { code: 1, error: e })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -270,6 +285,7 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             advertise_host,
             id,
             data_dir,
+            registration_timeout_s,
             exit_on_stdin_eof: eof,
         } => {
             if eof {
@@ -284,10 +300,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 slots,
                 id,
                 data_dir,
-                registration_timeout: Duration::from_secs(30),
+                registration_timeout: registration_timeout_s.map(Duration::from_secs),
             };
             runtime()?
-                .block_on(floe_taskmanager::run(config))
+                .block_on(floe_taskmanager::run_until(config, terminated()))
                 .map_err(|e| Failure {
                     code: 1,
                     error: e.into(),
@@ -298,6 +314,19 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             let written = generate::write_words(&output, mib * 1024 * 1024, seed)?;
             eprintln!("wrote {} ({written} bytes, seed {seed})", output.display());
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Resolves when the process gets SIGTERM (never, if the handler cannot be installed).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(e) => {
+            tracing::warn!("cannot handle SIGTERM: {e}");
+            std::future::pending::<()>().await
         }
     }
 }

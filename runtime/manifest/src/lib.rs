@@ -300,6 +300,18 @@ pub struct FlinkJobStatus {
     /// What the job autoscaler asked for, as the operator acted on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<AutoscalerStatus>,
+    /// The spec the running job was deployed from: a scale changes `metadata.generation` but not
+    /// this, so a restarted JobManager resumes the job instead of running it anew.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed: Option<DeployedSpec>,
+}
+
+/// The FlinkJob generation a job was deployed at, and the hash of what defines the job then.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeployedSpec {
+    pub generation: i64,
+    pub spec_hash: String,
 }
 
 /// The job autoscaler as the operator sees it.

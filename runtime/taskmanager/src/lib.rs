@@ -58,8 +58,9 @@ pub struct TaskManagerConfig {
     pub id: String,
     /// Local directory for blocking partitions.
     pub data_dir: PathBuf,
-    /// How long to keep trying to reach the JobManager at start.
-    pub registration_timeout: Duration,
+    /// How long to keep trying to reach and register with the JobManager at start; `None`:
+    /// forever (with backoff), as in a pod.
+    pub registration_timeout: Option<Duration>,
 }
 
 /// The TaskManager's shared state.
@@ -149,6 +150,41 @@ pub fn rss_bytes() -> (u64, u64) {
 
 /// Runs a TaskManager until its server stops: serve, register, heartbeat.
 pub async fn run(config: TaskManagerConfig) -> Result<()> {
+    run_until(config, std::future::pending()).await
+}
+
+/// [`run`] until `stop` (the process got SIGTERM): then every task held fails at once, reported to
+/// the JobManager within [`SHUTDOWN_REPORT_TIMEOUT`], so the job fails over now instead of after a
+/// heartbeat timeout, and the process ends.
+pub async fn run_until(config: TaskManagerConfig, stop: impl std::future::Future<Output = ()>) -> Result<()> {
+    let id = config.id.clone();
+    let mut stop = std::pin::pin!(stop);
+    let (tm, server) = tokio::select! {
+        started = start(config) => started?,
+        () = &mut stop => {
+            tracing::info!(%id, "stopping before registration");
+            return Ok(());
+        }
+    };
+    tokio::select! {
+        served = server => served
+            .map_err(|e| Error::Serve(e.to_string()))?
+            .map_err(|e| Error::Serve(e.to_string())),
+        () = stop => {
+            tm.shut_down("the TaskManager is shutting down (SIGTERM)").await;
+            Ok(())
+        }
+    }
+}
+
+/// How long a shutting-down TaskManager tries to tell the JobManager its tasks failed.
+pub const SHUTDOWN_REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+type Served = tokio::task::JoinHandle<std::result::Result<(), tonic::transport::Error>>;
+
+/// Binds, registers (retrying as [`TaskManagerConfig::registration_timeout`] says) and starts
+/// heartbeats; the TaskManager and its running server.
+async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|cause| Error::Bind {
@@ -165,7 +201,8 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         ..ShuffleConfig::default()
     })?;
     shuffle.set_local_address(&address);
-    let jobmanager = registration::connect(&config.jobmanager, config.registration_timeout).await?;
+    let mut backoff = registration::Backoff::new(config.registration_timeout);
+    let jobmanager = registration::connect(&config.jobmanager, &mut backoff).await?;
     let instance_id = uuid::Uuid::new_v4().simple().to_string();
     let tm = TaskManager {
         inner: Arc::new(Inner {
@@ -194,14 +231,22 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
         instance_id: tm.inner.instance_id.clone(),
         ..Default::default()
     };
-    let response = tm
-        .inner
-        .jobmanager
-        .clone()
-        .register_task_manager(register.clone())
-        .await
-        .map_err(|s| Error::Refused(s.message().to_string()))?
-        .into_inner();
+    // A JobManager that is up but not serving yet (or restarting) is tried again too.
+    let response = loop {
+        match tm
+            .inner
+            .jobmanager
+            .clone()
+            .register_task_manager(register.clone())
+            .await
+        {
+            Ok(r) => break r.into_inner(),
+            Err(s) => {
+                let message = s.message().to_string();
+                backoff.wait(|| Error::Refused(message)).await?;
+            }
+        }
+    };
     let _ = tm.admit(response.leader_epoch);
     println!(
         "floe taskmanager {} listening {address} slots={}",
@@ -211,10 +256,7 @@ pub async fn run(config: TaskManagerConfig) -> Result<()> {
     let interval = Duration::from_millis(response.heartbeat_interval_ms.max(100));
     let timeout = Duration::from_millis(response.heartbeat_timeout_ms).max(interval * 2);
     tm.spawn_heartbeats(register, interval, timeout);
-    server
-        .await
-        .map_err(|e| Error::Serve(e.to_string()))?
-        .map_err(|e| Error::Serve(e.to_string()))
+    Ok((tm, server))
 }
 
 #[cfg(test)]

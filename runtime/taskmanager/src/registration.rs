@@ -27,8 +27,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManagerClient<Channel>> {
-    let deadline = tokio::time::Instant::now() + timeout;
+pub(crate) async fn connect(address: &str, backoff: &mut Backoff) -> Result<JobManagerClient<Channel>> {
     let endpoint = floe_proto::channel::endpoint(
         address,
         Duration::from_secs(2),
@@ -41,18 +40,77 @@ pub(crate) async fn connect(address: &str, timeout: Duration) -> Result<JobManag
     loop {
         match endpoint.connect().await {
             Ok(ch) => return Ok(JobManagerClient::new(ch)),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(Error::JobManagerUnreachable {
-                    address: address.into(),
-                    message: format!(
-                        "no connection within {} s: {}",
-                        timeout.as_secs(),
-                        error_chain(&e)
-                    ),
-                });
+            Err(e) => {
+                backoff
+                    .wait(|| Error::JobManagerUnreachable {
+                        address: address.into(),
+                        message: error_chain(&e),
+                    })
+                    .await?
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
+    }
+}
+
+/// Retrying to reach and register with the JobManager: 200 ms after the first failure, doubling
+/// up to 10 s, forever unless a registration timeout was given (Kubernetes starts TaskManagers
+/// and the JobManager in any order, and a JobManager replaying a long log takes its time).
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    delay: Duration,
+    deadline: Option<tokio::time::Instant>,
+    timeout: Option<Duration>,
+    attempts: u32,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(200);
+    const MAX: Duration = Duration::from_secs(10);
+
+    pub(crate) fn new(timeout: Option<Duration>) -> Self {
+        Backoff {
+            delay: Self::FIRST,
+            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
+            timeout,
+            attempts: 0,
+        }
+    }
+
+    /// The delay before the next attempt, and the one after it.
+    fn next_delay(&mut self) -> Duration {
+        let d = self.delay;
+        self.delay = (self.delay * 2).min(Self::MAX);
+        d
+    }
+
+    /// After a failed attempt: sleeps before the next one, or fails with `error` (its message
+    /// saying for how long it was tried) once the registration timeout passed.
+    pub(crate) async fn wait(&mut self, error: impl FnOnce() -> Error) -> Result<()> {
+        self.attempts += 1;
+        if let (Some(deadline), Some(timeout)) = (self.deadline, self.timeout)
+            && tokio::time::Instant::now() >= deadline
+        {
+            return Err(match error() {
+                Error::JobManagerUnreachable { address, message } => Error::JobManagerUnreachable {
+                    address,
+                    message: format!(
+                        "no registration within {} s ({} attempts): {message}",
+                        timeout.as_secs(),
+                        self.attempts
+                    ),
+                },
+                other => other,
+            });
+        }
+        let delay = self.next_delay();
+        // The first failures are the usual start-up order; say so only once it lasts.
+        if self.attempts >= 5 {
+            tracing::warn!(attempts = self.attempts, "{}; trying again in {delay:?}", error());
+        } else {
+            tracing::debug!(attempts = self.attempts, "{}; trying again in {delay:?}", error());
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
     }
 }
 
@@ -173,5 +231,52 @@ impl TaskManager {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_ten_seconds() {
+        let mut b = Backoff::new(None);
+        let delays: Vec<u64> = (0..9).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000, 10_000]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_timeout_it_never_gives_up() {
+        // An hour of failures (paused time): still retrying.
+        let mut b = Backoff::new(None);
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(3600) {
+            b.wait(|| Error::Refused("not yet".into()))
+                .await
+                .expect("keeps trying");
+        }
+        assert!(b.attempts > 300, "{}", b.attempts);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_ends_it_with_the_attempts_in_the_message() {
+        let mut b = Backoff::new(Some(Duration::from_secs(5)));
+        let error = loop {
+            if let Err(e) = b
+                .wait(|| Error::JobManagerUnreachable {
+                    address: "jm:6123".into(),
+                    message: "connection refused".into(),
+                })
+                .await
+            {
+                break e;
+            }
+        };
+        let message = error.to_string();
+        assert!(
+            message.contains("cannot reach the JobManager at jm:6123: no registration within 5 s"),
+            "{message}"
+        );
+        assert!(message.contains("connection refused"), "{message}");
     }
 }

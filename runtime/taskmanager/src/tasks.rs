@@ -171,6 +171,48 @@ impl TaskManager {
         ))
     }
 
+    /// Fails every execution held (the process is stopping): each is aborted and reported
+    /// FAILED with `why`, the reports sent together and awaited up to
+    /// [`crate::SHUTDOWN_REPORT_TIMEOUT`].
+    pub(crate) async fn shut_down(&self, why: &str) {
+        let live: Vec<(pb::ExecutionAttemptId, Arc<TaskMetrics>)> = {
+            let tasks = lock(&self.inner.tasks);
+            tasks
+                .iter()
+                .filter(|(_, e)| e.final_report.is_none())
+                .map(|(k, e)| {
+                    e.abort.abort();
+                    (attempt_id(k), e.metrics.clone())
+                })
+                .collect()
+        };
+        tracing::warn!(tasks = live.len(), "{why}: failing every task");
+        let mut reports = tokio::task::JoinSet::new();
+        for (id, metrics) in &live {
+            let report = self.update(
+                id,
+                ExecutionState::Failed,
+                why.to_string(),
+                Vec::new(),
+                Some(metrics),
+            );
+            let mut jobmanager = self.inner.jobmanager.clone();
+            reports.spawn(async move { jobmanager.update_task_execution_state(report).await });
+        }
+        let all = async {
+            let mut failed = 0;
+            while let Some(r) = reports.join_next().await {
+                failed += usize::from(!matches!(r, Ok(Ok(_))));
+            }
+            failed
+        };
+        match tokio::time::timeout(crate::SHUTDOWN_REPORT_TIMEOUT, all).await {
+            Ok(0) => {}
+            Ok(failed) => tracing::warn!(failed, "some failure reports did not get through"),
+            Err(_) => tracing::warn!("the JobManager did not take the failure reports in time"),
+        }
+    }
+
     /// What a heartbeat carries: counters of live executions, every execution held (final ones
     /// with their whole report), and the keys of those final ones.
     pub(crate) fn heartbeat_payload(
