@@ -771,7 +771,7 @@ fn cluster_rows() -> Vec<Row> {
             }),
         },
         Row {
-            name: "cluster: TaskManager whose JobManager is unreachable",
+            name: "cluster: TaskManager whose JobManager is unreachable (registration timeout)",
             needs_moto: false,
             run: Box::new(|| {
                 let dir = scratch("tm-no-jm");
@@ -781,12 +781,16 @@ fn cluster_rows() -> Vec<Row> {
                     .local_addr()
                     .unwrap()
                     .to_string();
+                // A pod's TaskManager keeps trying (the JobManager may come later); one given a
+                // registration timeout gives up after it, saying where it tried and how often.
                 let seen = run_bounded(
                     FLOE,
                     &[
                         "taskmanager",
                         "--jobmanager",
                         &free,
+                        "--registration-timeout-s",
+                        "3",
                         "--data-dir",
                         &dir.join("data").display().to_string(),
                     ],
@@ -795,7 +799,7 @@ fn cluster_rows() -> Vec<Row> {
                 check(seen.exit.is_some_and(|c| c != 0), || {
                     format!("exit {:?}", seen.exit)
                 })?;
-                says(&seen, &[&free])?;
+                says(&seen, &[&free, "no registration within 3 s", "attempts"])?;
                 Ok(seen)
             }),
         },
