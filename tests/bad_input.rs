@@ -377,6 +377,26 @@ fn manifest_rows() -> Vec<Row> {
             ],
         ),
         manifest_row(
+            "manifest: gs:// storage",
+            |y| {
+                y.replace(
+                    "  configuration:",
+                    "  storage: { url: \"gs://bucket/jobs\" }\n  configuration:",
+                )
+            },
+            &["spec.storage.url", "the \"gs\" scheme cannot be opened", "s3://"],
+        ),
+        manifest_row(
+            "manifest: file:/// storage (the root)",
+            |y| {
+                y.replace(
+                    "  configuration:",
+                    "  storage: { url: \"file:///\" }\n  configuration:",
+                )
+            },
+            &["spec.storage.url", "is the root of the file system"],
+        ),
+        manifest_row(
             "manifest: maxReplicas below replicas",
             |y| y.replace("replicas: 1, slots: 2", "replicas: 2, maxReplicas: 1, slots: 2"),
             &[

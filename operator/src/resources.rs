@@ -275,6 +275,10 @@ fn resources(r: Option<&Resources>) -> Option<ResourceRequirements> {
 }
 
 /// The local directory of a `file://` storage URL, mounted from the node at the same path.
+/// The pods' working directory when the job's storage is not a `file://` directory: an
+/// `emptyDir` (relative paths in a job's arguments land there).
+pub const WORK_DIR: &str = "/var/run/floe/work";
+
 pub fn storage_dir(job: &FlinkJob) -> Option<String> {
     let url = &job.spec.storage.as_ref()?.url;
     let path = url.strip_prefix("file://")?;
@@ -372,6 +376,20 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component, taskman
         });
     }
     let storage = storage_dir(job);
+    // The working directory is always writable (the root file system is read-only): the
+    // file:// storage directory, else a directory of its own.
+    if storage.is_none() {
+        volumes.push(Volume {
+            name: "work".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "work".into(),
+            mount_path: WORK_DIR.into(),
+            ..VolumeMount::default()
+        });
+    }
     if let Some(dir) = &storage {
         // file:// storage is a directory on the node: right for one-node clusters (kind) and for a
         // shared mount at the same path on every node; s3:// needs no volume.
@@ -431,9 +449,16 @@ fn deployment(job: &FlinkJob, defaults: &Defaults, component: Component, taskman
         ),
         env: Some(env),
         resources: resources(process_resources),
+        // A JobManager replaying a long operation log is not killed by liveness meanwhile: the
+        // liveness probe starts once the startup probe passed (up to 10 minutes).
+        startup_probe: (component == Component::JobManager).then(|| Probe {
+            period_seconds: Some(5),
+            failure_threshold: Some(120),
+            ..probe.clone()
+        }),
         readiness_probe: Some(probe),
         liveness_probe: Some(liveness),
-        working_dir: storage.clone(),
+        working_dir: Some(storage.clone().unwrap_or_else(|| WORK_DIR.into())),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
@@ -714,6 +739,69 @@ mod tests {
             Some(5),
             "a resume is a new deployment"
         );
+    }
+
+    /// Issue 13, items 8 and 11: with s3:// storage (no node directory) the pods still get a
+    /// writable working directory under their read-only root; the JobManager has a startup probe
+    /// so a long log replay is not killed by liveness.
+    #[test]
+    fn pods_always_get_a_writable_working_directory_and_the_jobmanager_a_startup_probe() {
+        let mut job = example();
+        job.spec.storage = Some(floe_manifest::StorageSpec {
+            url: "s3://bucket/jobs".into(),
+        });
+        let d = desired(&job, &defaults());
+        for deployment in [&d.jobmanager, &d.taskmanager] {
+            let pod = deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+            let c = &pod.containers[0];
+            assert_eq!(c.working_dir.as_deref(), Some(WORK_DIR));
+            let mount = c
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|m| m.mount_path == WORK_DIR)
+                .expect("the working directory is mounted");
+            assert_ne!(mount.read_only, Some(true));
+            let volume = pod
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == mount.name)
+                .unwrap();
+            assert!(volume.empty_dir.is_some(), "{volume:?}");
+            let root_read_only = c.security_context.as_ref().unwrap().read_only_root_filesystem;
+            assert_eq!(root_read_only, Some(true));
+        }
+        let jm = &d
+            .jobmanager
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        let startup = jm.startup_probe.as_ref().expect("a startup probe");
+        assert_eq!(
+            startup.failure_threshold.unwrap() * startup.period_seconds.unwrap(),
+            600
+        );
+        // file:// storage: the working directory is the storage directory, as before.
+        let d = desired(&example(), &defaults());
+        let tm = &d
+            .taskmanager
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0];
+        assert_eq!(tm.working_dir.as_deref(), Some("/var/lib/floe"));
     }
 
     #[test]

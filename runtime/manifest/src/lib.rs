@@ -461,6 +461,44 @@ fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()>
     Ok(())
 }
 
+/// Job storage the storage layer can open, checked here rather than in a crash loop: `s3://`
+/// (any S3-compatible store), `file://` with an absolute directory other than the root (the
+/// operator mounts it into every pod), `memory://` (one process, tests). `gs://` and other
+/// schemes are refused with what to use instead.
+fn validate_storage_url(url: &str) -> Result<()> {
+    const FIELD: &str = "spec.storage.url";
+    if url.starts_with("s3://") || url.starts_with("memory://") {
+        return Ok(());
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return field_error(
+                FIELD,
+                format!("expected an absolute path after file:// (file:///var/lib/floe), got {url:?}"),
+            );
+        }
+        if path.trim_end_matches('/').is_empty() {
+            return field_error(
+                FIELD,
+                format!(
+                    "{url:?} is the root of the file system: expected a directory for the job's \
+                     storage, like file:///var/lib/floe"
+                ),
+            );
+        }
+        return Ok(());
+    }
+    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
+    field_error(
+        FIELD,
+        format!(
+            "expected an s3:// or file:// URL, got {url:?}: the {scheme:?} scheme cannot be opened \
+             (for Google Cloud Storage use s3:// with its S3-compatible endpoint, \
+             s3.endpoint: https://storage.googleapis.com)"
+        ),
+    )
+}
+
 /// The most TaskManagers a FlinkJob can ask for: its TaskManager Deployment's `replicas` is an
 /// int32.
 pub const MAX_REPLICAS: u32 = i32::MAX as u32;
@@ -531,13 +569,7 @@ impl FlinkJobSpec {
             return field_error("spec.configuration[execution.batch-shuffle-mode]", e.to_string());
         }
         if let Some(storage) = &self.storage {
-            let known = ["file://", "s3://", "gs://", "memory://"];
-            if !known.iter().any(|p| storage.url.starts_with(p)) {
-                return field_error(
-                    "spec.storage.url",
-                    format!("expected a file://, s3:// or gs:// URL, got {:?}", storage.url),
-                );
-            }
+            validate_storage_url(&storage.url)?;
         }
         Ok(())
     }
@@ -650,6 +682,37 @@ spec:
             "invalid manifest: spec.taskManager.resources.memory: expected a Kubernetes quantity such \
              as \"500m\", \"1\" or \"2Gi\", got \"lots\""
         );
+    }
+
+    /// Issue 13, item 1: storage a pod cannot use is refused at validation (an `InvalidSpec`), not
+    /// in a crash loop.
+    #[test]
+    fn storage_urls_the_storage_layer_cannot_open_are_refused() {
+        let with = |url: &str| {
+            GOOD.replace(
+                "  configuration:",
+                &format!("  storage: {{ url: \"{url}\" }}\n  configuration:"),
+            )
+        };
+        for good in ["s3://bucket/jobs", "file:///var/lib/floe", "file:///data/"] {
+            assert!(FlinkJob::from_yaml(&with(good)).is_ok(), "{good}");
+        }
+        let e = err(&with("gs://bucket/jobs"));
+        assert!(
+            e.contains("spec.storage.url: expected an s3:// or file:// URL"),
+            "{e}"
+        );
+        assert!(e.contains("the \"gs\" scheme cannot be opened"), "{e}");
+        assert!(e.contains("storage.googleapis.com"), "{e}");
+        let e = err(&with("file:///"));
+        assert!(
+            e.contains("spec.storage.url: \"file:///\" is the root of the file system"),
+            "{e}"
+        );
+        let e = err(&with("file://var/lib"));
+        assert!(e.contains("expected an absolute path after file://"), "{e}");
+        let e = err(&with("/var/lib/floe"));
+        assert!(e.contains("expected an s3:// or file:// URL"), "{e}");
     }
 
     #[test]
