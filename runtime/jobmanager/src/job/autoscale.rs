@@ -68,7 +68,11 @@ impl JobMaster {
     /// nothing about the load.
     pub fn autoscale(&mut self, free: &[SlotRef], now_ms: u64) -> Vec<Action> {
         self.sample_rates(now_ms);
-        if self.status != JobStatus::Running || self.pending_rescale.is_some() {
+        let due = self
+            .autoscaler
+            .as_ref()
+            .is_some_and(|a| now_ms >= a.last_sample_ms + SAMPLE_INTERVAL_MS);
+        if !due || self.status != JobStatus::Running || self.pending_rescale.is_some() {
             return Vec::new();
         }
         let running = self
@@ -79,7 +83,7 @@ impl JobMaster {
         let Some(a) = self.autoscaler.as_mut() else {
             return Vec::new();
         };
-        if !running || now_ms < a.last_sample_ms + SAMPLE_INTERVAL_MS {
+        if !running {
             return Vec::new();
         }
         a.last_sample_ms = now_ms;
