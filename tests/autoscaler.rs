@@ -28,11 +28,13 @@ fn keyed(job: &Value) -> &Value {
     job["vertices"].as_array().unwrap().last().unwrap()
 }
 
+/// Vertex `id` of an autoscaler evaluation.
+fn in_evaluation<'a>(evaluation: &'a Value, id: &str) -> Option<&'a Value> {
+    evaluation["vertices"].as_array()?.iter().find(|v| v["id"] == id)
+}
+
 fn evaluated<'a>(job: &'a Value, id: &str) -> Option<&'a Value> {
-    job["autoscaler"]["last-evaluation"]["vertices"]
-        .as_array()?
-        .iter()
-        .find(|v| v["id"] == id)
+    in_evaluation(&job["autoscaler"]["last-evaluation"], id)
 }
 
 #[test]
@@ -70,12 +72,7 @@ fn the_autoscaler_scales_a_backpressured_job_up_and_down_again_when_the_load_dro
         .unwrap()
         .as_u64()
         .unwrap();
-    let why = decision["evaluation"]["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == slow.as_str())
-        .unwrap();
+    let why = in_evaluation(&decision["evaluation"], &slow).unwrap();
     println!("first decision for {slow}: {why}");
     assert!(why["reason"].as_str().unwrap().starts_with("scale up"), "{why}");
     assert!(why["busyTimeMsPerSecond"].as_f64().unwrap() > 800.0, "{why}");
@@ -130,12 +127,7 @@ fn the_autoscaler_scales_a_backpressured_job_up_and_down_again_when_the_load_dro
     assert_eq!(down["state"], "RUNNING", "{down}\n{}", log());
     let decisions = down["autoscaler"]["decisions"].as_array().unwrap();
     let last = decisions.last().unwrap();
-    let why_down = last["evaluation"]["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == slow.as_str())
-        .unwrap();
+    let why_down = in_evaluation(&last["evaluation"], &slow).unwrap();
     println!("scale-down: {why_down}");
     assert!(
         why_down["reason"].as_str().unwrap().starts_with("scale down"),

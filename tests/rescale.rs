@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 
-use common::processes::{jobmanager, jobmanager_with, put_upper_bound, taskmanager, wait_job};
+use common::processes::{jobmanager, jobmanager_with, put_upper_bound, taskmanager, vertex_ids, wait_job};
 
 const RECORDS: u64 = 60_000;
 
@@ -73,12 +73,7 @@ fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), 
     let _tm = taskmanager(&rpc, 4);
     let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
     let id = job["jid"].as_str().unwrap().to_string();
-    let vertices: Vec<String> = job["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
-        .collect();
+    let vertices = vertex_ids(&job);
     let started = Instant::now();
     let mut restored = Vec::new();
     for upper in [4u32, 1, 3] {

@@ -18,7 +18,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::processes::{jobmanager_with, put_upper_bound, taskmanager, wait_job};
+use common::processes::{jobmanager_with, put_upper_bound, taskmanager, vertex_ids, wait_job};
 
 /// Records the keyed vertex (the last one: sum, filter and sink) read, over its current attempts.
 fn keyed_records(job: &serde_json::Value) -> u64 {
@@ -123,12 +123,7 @@ fn main() {
     let _tms = (taskmanager(&rpc, 2), taskmanager(&rpc, 2));
     let job = wait_job(&rest, Duration::from_secs(60), |j| j["state"] == "RUNNING");
     let id = job["jid"].as_str().unwrap().to_string();
-    let vertices: Vec<String> = job["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["id"].as_str().unwrap().to_string())
-        .collect();
+    let vertices = vertex_ids(&job);
     let filled = Instant::now();
     while records(&rest, &id) < keys {
         assert!(

@@ -774,16 +774,7 @@ mod tests {
             let root_read_only = c.security_context.as_ref().unwrap().read_only_root_filesystem;
             assert_eq!(root_read_only, Some(true));
         }
-        let jm = &d
-            .jobmanager
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .containers[0];
+        let jm = container(&d.jobmanager);
         let startup = jm.startup_probe.as_ref().expect("a startup probe");
         assert_eq!(
             startup.failure_threshold.unwrap() * startup.period_seconds.unwrap(),
@@ -791,17 +782,22 @@ mod tests {
         );
         // file:// storage: the working directory is the storage directory, as before.
         let d = desired(&example(), &defaults());
-        let tm = &d
-            .taskmanager
-            .spec
+        assert_eq!(
+            container(&d.taskmanager).working_dir.as_deref(),
+            Some("/var/lib/floe")
+        );
+    }
+
+    /// The one container of a Deployment's pods.
+    fn container(d: &Deployment) -> &Container {
+        &d.spec
             .as_ref()
             .unwrap()
             .template
             .spec
             .as_ref()
             .unwrap()
-            .containers[0];
-        assert_eq!(tm.working_dir.as_deref(), Some("/var/lib/floe"));
+            .containers[0]
     }
 
     #[test]

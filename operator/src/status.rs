@@ -183,10 +183,11 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
             )
         }
     };
+    let replicas = taskmanager_replicas(job, observed);
     let task_managers = match (observed, job.spec.job.state) {
         (Observed::InvalidSpec(_), _) => previous.task_managers,
         (_, DesiredState::Suspended) => Some(0),
-        _ => Some(taskmanager_replicas(job, observed)),
+        _ => Some(replicas),
     };
     let autoscaler = job.spec.autoscaler_enabled().then(|| {
         let before = previous.autoscaler.clone().unwrap_or_default();
@@ -199,7 +200,7 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         };
         AutoscalerStatus {
             slots_wanted: wanted.or(before.slots_wanted),
-            task_managers: Some(taskmanager_replicas(job, observed)),
+            task_managers: Some(replicas),
             last_decision_time: newest.max(before.last_decision_time),
         }
     });

@@ -25,6 +25,16 @@ pub fn put_upper_bound(rest: &str, id: &str, vertices: &[String], upper: u32) ->
     )
 }
 
+/// The ids of a job's vertices, as `GET /jobs/{id}` lists them.
+pub fn vertex_ids(job: &serde_json::Value) -> Vec<String> {
+    job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A child process killed on drop.
 pub struct Proc(pub Child);
 

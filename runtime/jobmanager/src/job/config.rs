@@ -91,6 +91,19 @@ pub fn duration_setting(conf: &BTreeMap<String, String>, key: &str) -> Result<Op
         .transpose()
 }
 
+/// The positive integer at `key`, if set; anything else is an error naming the key.
+fn positive_setting(conf: &BTreeMap<String, String>, key: &str) -> Result<Option<u32>> {
+    conf.get(key)
+        .map(|v| match v.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(Error::Config {
+                key: key.into(),
+                message: format!("expected a positive integer, got {v:?}"),
+            }),
+        })
+        .transpose()
+}
+
 /// The job's checkpointing settings (`execution.checkpointing.*`), if it checkpoints.
 pub(super) fn checkpoint_config(
     conf: &BTreeMap<String, String>,
@@ -141,19 +154,8 @@ pub fn adaptive_scheduler(conf: &BTreeMap<String, String>) -> Result<Option<Adap
             });
         }
     }
-    let increase_key = "jobmanager.adaptive-scheduler.min-parallelism-increase";
-    let min_parallelism_increase = match conf.get(increase_key) {
-        None => 1,
-        Some(v) => match v.trim().parse::<u32>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                return Err(Error::Config {
-                    key: increase_key.into(),
-                    message: format!("expected a positive integer, got {v:?}"),
-                });
-            }
-        },
-    };
+    let min_parallelism_increase =
+        positive_setting(conf, "jobmanager.adaptive-scheduler.min-parallelism-increase")?.unwrap_or(1);
     Ok(Some(AdaptiveScheduler {
         min_parallelism_increase,
         scaling_interval_min: duration_setting(conf, "jobmanager.adaptive-scheduler.scaling-interval.min")?
@@ -174,18 +176,7 @@ pub const ADAPTIVE_PREFIX: &str = "execution.batch.adaptive.auto-parallelism.";
 /// avg-data-volume-per-task, default-source-parallelism), with Flink's defaults.
 pub fn adaptive_decider(conf: &BTreeMap<String, String>) -> Result<AdaptiveBatchParallelismDecider> {
     let mut d = AdaptiveBatchParallelismDecider::default();
-    let positive = |name: &str| -> Result<Option<u32>> {
-        let key = format!("{ADAPTIVE_PREFIX}{name}");
-        conf.get(&key)
-            .map(|v| match v.trim().parse::<u32>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(Error::Config {
-                    key: key.clone(),
-                    message: format!("expected a positive integer, got {v:?}"),
-                }),
-            })
-            .transpose()
-    };
+    let positive = |name: &str| positive_setting(conf, &format!("{ADAPTIVE_PREFIX}{name}"));
     if let Some(n) = positive("min-parallelism")? {
         d.min_parallelism = n;
     }
@@ -294,16 +285,8 @@ pub fn autoscaler(conf: &BTreeMap<String, String>) -> Result<Option<AutoscalerCo
         };
     }
     let positive = |name: &str, into: &mut u32| -> Result<()> {
-        if let Some(v) = conf.get(&key(name)) {
-            match v.trim().parse::<u32>() {
-                Ok(n) if n > 0 => *into = n,
-                _ => {
-                    return Err(Error::Config {
-                        key: key(name),
-                        message: format!("expected a positive integer, got {v:?}"),
-                    });
-                }
-            }
+        if let Some(n) = positive_setting(conf, &key(name))? {
+            *into = n;
         }
         Ok(())
     };
