@@ -406,6 +406,32 @@ fn manifest_rows() -> Vec<Row> {
             ],
         ),
         manifest_row(
+            "manifest: initialSavepointPath without checkpoints",
+            |y| {
+                y.replace(
+                    "    mode: batch\n",
+                    "    mode: batch\n    initialSavepointPath: \"file:///sp/savepoint-1\"\n",
+                )
+            },
+            &[
+                "spec.job.initialSavepointPath",
+                "set spec.storage and spec.configuration[execution.checkpointing.interval]",
+            ],
+        ),
+        manifest_row(
+            "manifest: execution.state-recovery.path without checkpoints",
+            |y| {
+                y.replace(
+                    "heartbeat.timeout: \"10 s\"",
+                    "execution.state-recovery.path: \"file:///sp/savepoint-1\"",
+                )
+            },
+            &[
+                "execution.state-recovery.path",
+                "set execution.checkpointing.interval",
+            ],
+        ),
+        manifest_row(
             "manifest: unparsable memory size (segment-size: lots)",
             |y| {
                 y.replace(

@@ -20,8 +20,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::jobmanager_api::{JobManagerApi, JobOverview};
+use crate::jobmanager_api::{JobManagerApi, JobOverview, SavepointState};
 use crate::resources::{self, Defaults, MANAGER, REST_PORT};
+use crate::savepoints::{self, Step};
 use crate::status::{self, Observed, lifecycle};
 
 /// Lets the operator cancel the job before Kubernetes removes its pods.
@@ -196,6 +197,83 @@ async fn cancel_running(ctx: &Context, job: &FlinkJob, url: &str) -> Option<JobO
     }
 }
 
+/// The savepoint step of this reconcile ([`savepoints::next_step`]): triggers or polls, and
+/// records the outcome in `job`'s status (events for each). `Some(requeue)`: hold, apply nothing
+/// new yet (an upgrade's or a suspend's savepoint is in flight, or failed and is tried again).
+async fn take_savepoints(
+    ctx: &Context,
+    job: &mut FlinkJob,
+    url: &str,
+    observed: &Observed,
+    now_ms: i64,
+) -> Option<Action> {
+    let step = savepoints::next_step(job, observed, now_ms);
+    if step == Step::None {
+        return None;
+    }
+    let spec = job.clone();
+    let status = job
+        .status
+        .get_or_insert_with(Default::default)
+        .job_status
+        .get_or_insert_with(Default::default);
+    let hold = |kind: savepoints::TriggerType, after: u64| {
+        kind.stops().then(|| Action::requeue(Duration::from_secs(after)))
+    };
+    match step {
+        Step::None => None,
+        Step::Trigger { job_id, kind } => {
+            match ctx.jobmanager.trigger_savepoint(url, &job_id, kind.stops()).await {
+                Ok(trigger) => {
+                    savepoints::triggered(&spec, status, trigger.clone(), kind, now_ms);
+                    let what = if kind.stops() {
+                        "stop with a savepoint"
+                    } else {
+                        "savepoint"
+                    };
+                    let note = format!("{} {what} of job {job_id} triggered ({trigger})", kind.name());
+                    publish(ctx, &spec, EventType::Normal, "SavepointTriggered", note).await;
+                    hold(kind, 2)
+                }
+                Err(e) => {
+                    let note = format!(
+                        "{} savepoint of job {job_id} could not be triggered: {e}",
+                        kind.name()
+                    );
+                    publish(ctx, &spec, EventType::Warning, "SavepointError", note).await;
+                    if kind == savepoints::TriggerType::Manual {
+                        // Tried once per nonce, as Flink's operator does.
+                        status
+                            .savepoint_info
+                            .get_or_insert_with(Default::default)
+                            .trigger_nonce = spec.spec.job.savepoint_trigger_nonce;
+                    }
+                    hold(kind, 15)
+                }
+            }
+        }
+        Step::Poll {
+            job_id,
+            trigger,
+            kind,
+        } => match ctx.jobmanager.savepoint_state(url, &job_id, &trigger).await {
+            Ok(SavepointState::InProgress) | Err(_) => hold(kind, 2),
+            Ok(SavepointState::Completed { location }) => {
+                let note = format!("{} savepoint of job {job_id} completed: {location}", kind.name());
+                savepoints::completed(&spec, status, kind, location, now_ms);
+                publish(ctx, &spec, EventType::Normal, "SavepointCompleted", note).await;
+                None
+            }
+            Ok(SavepointState::Failed { cause }) => {
+                savepoints::failed(status);
+                let note = format!("{} savepoint of job {job_id} failed: {cause}", kind.name());
+                publish(ctx, &spec, EventType::Warning, "SavepointError", note).await;
+                hold(kind, 15)
+            }
+        },
+    }
+}
+
 /// Makes the cluster match the FlinkJob, then reports what the JobManager says.
 pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     let ns = job
@@ -217,31 +295,59 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     let suspended = job.spec.job.state == DesiredState::Suspended;
     let was_suspended =
         job.status.as_ref().and_then(|s| s.lifecycle_state.as_deref()) == Some(lifecycle::SUSPENDED);
+    // Savepoints first: in savepoint mode an upgrade or a suspend waits for the job's savepoint,
+    // with the old objects left as they are.
+    let original = job;
+    let mut job = (*original).clone();
+    let mut first_look = None;
+    if !(suspended && was_suspended) {
+        let look = observe(&ctx, &url).await;
+        let now_ms = now.as_millisecond();
+        let held = take_savepoints(&ctx, &mut job, &url, &look, now_ms).await;
+        first_look = Some(look);
+        if let Some(requeue) = held {
+            let first_look = first_look.unwrap_or(Observed::NoJob);
+            let mut status = job.status.clone().unwrap_or_default();
+            if let Observed::Job(j) = &first_look
+                && let Some(s) = status.job_status.as_mut()
+            {
+                s.state = j.state.clone();
+            }
+            write_status(&ctx, &original, &status).await?;
+            return Ok(requeue);
+        }
+    }
+    let job = &job;
     // Cancel before scaling to zero, while the JobManager is still there to ask.
     let suspended_observation = match (suspended, was_suspended) {
         (true, false) => Some(Observed::Suspended {
-            cancelled: cancel_running(&ctx, &job, &url).await,
+            cancelled: cancel_running(&ctx, job, &url).await,
         }),
         (true, true) => Some(Observed::Suspended { cancelled: None }),
         (false, _) => None,
     };
     // Observed first: the TaskManagers the autoscaler's slots need depend on what the JobManager
     // says.
-    let observed = match suspended_observation {
-        Some(o) => o,
-        None => observe(&ctx, &url).await,
+    let observed = match (suspended_observation, first_look) {
+        (Some(o), _) => o,
+        (None, Some(look)) => look,
+        (None, None) => observe(&ctx, &url).await,
     };
-    let taskmanagers = status::taskmanager_replicas(&job, &observed);
-    let desired = resources::desired_with(&job, &ctx.defaults, taskmanagers);
+    let taskmanagers = status::taskmanager_replicas(job, &observed);
+    let status = status::compute(job, &observed, now);
+    // The objects are built against the status being written: the deployed generation and the
+    // savepoint the deployment starts from.
+    let mut deploying = job.clone();
+    deploying.status = Some(status.clone());
+    let desired = resources::desired_with(&deploying, &ctx.defaults, taskmanagers);
     apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
     apply_object::<Service>(&ctx.client, &ns, &desired.jobmanager_service).await?;
     apply_object::<Deployment>(&ctx.client, &ns, &desired.jobmanager).await?;
     apply_object::<Deployment>(&ctx.client, &ns, &desired.taskmanager).await?;
-    let status = status::compute(&job, &observed, now);
-    for decision in status::new_autoscaler_decisions(&job, &observed) {
+    for decision in status::new_autoscaler_decisions(job, &observed) {
         publish(
             &ctx,
-            &job,
+            job,
             EventType::Normal,
             status::AUTOSCALER_RESCALE,
             decision.summary.clone(),
@@ -252,7 +358,7 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     if job.spec.autoscales_taskmanagers() && previous_tms.is_some_and(|p| p != taskmanagers) {
         publish(
             &ctx,
-            &job,
+            job,
             EventType::Normal,
             status::AUTOSCALER_TASKMANAGERS,
             format!(
@@ -270,19 +376,12 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
             Observed::Job(j) if j.state == "FAILED" => EventType::Warning,
             _ => EventType::Normal,
         };
-        publish(&ctx, &job, type_, "JobStatusChanged", change).await;
+        publish(&ctx, job, type_, "JobStatusChanged", change).await;
     }
     if let Some(message) = status::slots_newly_insufficient(job.status.as_ref(), &status) {
-        publish(
-            &ctx,
-            &job,
-            EventType::Warning,
-            status::INSUFFICIENT_SLOTS,
-            message,
-        )
-        .await;
+        publish(&ctx, job, EventType::Warning, status::INSUFFICIENT_SLOTS, message).await;
     }
-    write_status(&ctx, &job, &status).await?;
+    write_status(&ctx, &original, &status).await?;
     Ok(requeue(&observed))
 }
 

@@ -1,5 +1,7 @@
 //! What the operator asks a job's JobManager over its REST API (the shape of Flink's): which job it
-//! runs and in which state (`GET /jobs`, `GET /jobs/{id}`), and to cancel it (`PATCH /jobs/{id}`).
+//! runs and in which state (`GET /jobs`, `GET /jobs/{id}`), to cancel it (`PATCH /jobs/{id}`), and
+//! savepoints (`POST /jobs/{id}/savepoints`, `POST /jobs/{id}/stop`,
+//! `GET /jobs/{id}/savepoints/{trigger}`).
 //! [`JobManagerApi`] is the boundary; [`RestClient`] is the HTTP implementation.
 
 use std::time::Duration;
@@ -50,6 +52,14 @@ pub struct AutoscalerDecision {
     pub summary: String,
 }
 
+/// Where a savepoint the operator triggered stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SavepointState {
+    InProgress,
+    Completed { location: String },
+    Failed { cause: String },
+}
+
 impl JobOverview {
     pub fn is_terminal(&self) -> bool {
         matches!(self.state.as_str(), "FINISHED" | "FAILED" | "CANCELED")
@@ -64,6 +74,17 @@ pub trait JobManagerApi: Send + Sync + std::fmt::Debug {
     async fn current_job(&self, base: &str) -> Result<Option<JobOverview>, RestError>;
     /// Asks the JobManager to cancel a job; a job already ended is not an error.
     async fn cancel(&self, base: &str, job_id: &str) -> Result<(), RestError>;
+    /// Triggers a savepoint of the job into its default directory (`state.savepoints.dir`, else
+    /// its job storage's `savepoints/`); `stop`: stop the job with it. Returns the trigger id.
+    async fn trigger_savepoint(&self, base: &str, job_id: &str, stop: bool) -> Result<String, RestError>;
+    /// What became of a savepoint trigger; a trigger the JobManager does not know (it restarted)
+    /// is failed.
+    async fn savepoint_state(
+        &self,
+        base: &str,
+        job_id: &str,
+        trigger: &str,
+    ) -> Result<SavepointState, RestError>;
 }
 
 /// HTTP/1 client of the REST API.
@@ -158,8 +179,35 @@ impl DecisionDetails {
     }
 }
 
+#[derive(Deserialize)]
+struct Triggered {
+    #[serde(rename = "request-id")]
+    request_id: String,
+}
+
+#[derive(Deserialize)]
+struct SavepointAnswer {
+    status: SavepointAnswerStatus,
+    #[serde(default)]
+    operation: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct SavepointAnswerStatus {
+    id: String,
+}
+
 impl RestClient {
     async fn call(&self, method: http::Method, url: &str) -> Result<(u16, Bytes), RestError> {
+        self.call_with(method, url, Bytes::new()).await
+    }
+
+    async fn call_with(
+        &self,
+        method: http::Method,
+        url: &str,
+        body: Bytes,
+    ) -> Result<(u16, Bytes), RestError> {
         let unreachable = |message: String| RestError::Unreachable {
             url: url.to_string(),
             message,
@@ -168,7 +216,8 @@ impl RestClient {
             .method(method)
             .uri(url)
             .header("accept", "application/json")
-            .body(Full::new(Bytes::new()))
+            .header("content-type", "application/json")
+            .body(Full::new(body))
             .map_err(|e| unreachable(e.to_string()))?;
         let response = tokio::time::timeout(self.timeout, self.http.request(request))
             .await
@@ -227,6 +276,75 @@ impl JobManagerApi for RestClient {
             }
         }
         Ok(newest)
+    }
+
+    async fn trigger_savepoint(&self, base: &str, job_id: &str, stop: bool) -> Result<String, RestError> {
+        let (url, body) = match stop {
+            true => (format!("{base}/jobs/{job_id}/stop"), r#"{"drain": false}"#),
+            false => (
+                format!("{base}/jobs/{job_id}/savepoints"),
+                r#"{"cancel-job": false}"#,
+            ),
+        };
+        let (status, answer) = self
+            .call_with(http::Method::POST, &url, Bytes::from_static(body.as_bytes()))
+            .await?;
+        if status != 202 {
+            return Err(RestError::Status {
+                url,
+                status,
+                body: String::from_utf8_lossy(&answer).into_owned(),
+            });
+        }
+        let triggered: Triggered = serde_json::from_slice(&answer).map_err(|e| RestError::Body {
+            url: url.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(triggered.request_id)
+    }
+
+    async fn savepoint_state(
+        &self,
+        base: &str,
+        job_id: &str,
+        trigger: &str,
+    ) -> Result<SavepointState, RestError> {
+        let url = format!("{base}/jobs/{job_id}/savepoints/{trigger}");
+        let (status, body) = self.call(http::Method::GET, &url).await?;
+        if status == 404 {
+            return Ok(SavepointState::Failed {
+                cause: format!(
+                    "the JobManager does not know savepoint {trigger}: {}",
+                    String::from_utf8_lossy(&body)
+                ),
+            });
+        }
+        if status != 200 {
+            return Err(RestError::Status {
+                url,
+                status,
+                body: String::from_utf8_lossy(&body).into_owned(),
+            });
+        }
+        let answer: SavepointAnswer = serde_json::from_slice(&body).map_err(|e| RestError::Body {
+            url: url.clone(),
+            message: e.to_string(),
+        })?;
+        if answer.status.id != "COMPLETED" {
+            return Ok(SavepointState::InProgress);
+        }
+        let operation = answer.operation.unwrap_or_default();
+        Ok(match operation["location"].as_str() {
+            Some(location) => SavepointState::Completed {
+                location: location.to_string(),
+            },
+            None => SavepointState::Failed {
+                cause: operation["failure-cause"]["stack-trace"]
+                    .as_str()
+                    .unwrap_or("the savepoint failed")
+                    .to_string(),
+            },
+        })
     }
 
     async fn cancel(&self, base: &str, job_id: &str) -> Result<(), RestError> {

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod jobmanager_api;
 pub mod rbac;
 pub mod resources;
+pub mod savepoints;
 pub mod status;
 
 #[cfg(test)]

@@ -147,8 +147,20 @@ pub fn manifest_yaml(job: &FlinkJob) -> String {
     manifest_doc(job, deployed_generation(job))
 }
 
-/// The manifest as YAML with `generation` as its `metadata.generation`.
+/// The manifest as YAML with `generation` as its `metadata.generation`, and the savepoint the
+/// deployment starts from (`status.deployed.savepoint`) as Flink's
+/// `execution.state-recovery.path`.
 fn manifest_doc(job: &FlinkJob, generation: Option<i64>) -> String {
+    let mut spec = job.spec.clone();
+    if let Some(savepoint) = job
+        .status
+        .as_ref()
+        .and_then(|s| s.deployed.as_ref())
+        .and_then(|d| d.savepoint.clone())
+    {
+        spec.configuration
+            .insert(floe_manifest::RECOVERY_PATH_KEY.into(), savepoint);
+    }
     let doc = serde_json::json!({
         "apiVersion": floe_manifest::API_VERSION,
         "kind": floe_manifest::KIND,
@@ -163,7 +175,7 @@ fn manifest_doc(job: &FlinkJob, generation: Option<i64>) -> String {
             generation,
             ..ObjectMeta::default()
         },
-        "spec": job.spec,
+        "spec": spec,
     });
     serde_yaml::to_string(&doc).unwrap_or_default()
 }
@@ -174,6 +186,7 @@ fn manifest_doc(job: &FlinkJob, generation: Option<i64>) -> String {
 fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
     job.metadata.uid = None;
+    job.status = None;
     job.spec.task_manager.replicas = 1;
     job.spec.task_manager.max_replicas = None;
     job.spec.job.state = DesiredState::Running;

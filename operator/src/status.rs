@@ -1,7 +1,9 @@
 //! The FlinkJob's status from what the operator observed, by pure functions: no clock (the time is an
 //! argument) and no I/O, so every case is a unit test.
 
-use floe_manifest::{AutoscalerStatus, DeployedSpec, DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo};
+use floe_manifest::{
+    AutoscalerStatus, DeployedSpec, DesiredState, FlinkJob, FlinkJobStatus, JobStatusInfo, UpgradeMode,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -114,6 +116,7 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         state: state.into(),
         start_time: previous.job_status.as_ref().and_then(|s| s.start_time.clone()),
         parallelism: previous.job_status.as_ref().and_then(|s| s.parallelism),
+        ..JobStatusInfo::default()
     };
     let from_job = |j: &JobOverview| JobStatusInfo {
         job_name: Some(j.name.clone()),
@@ -121,6 +124,7 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         state: j.state.clone(),
         start_time: j.start_time_ms.map(|t| t.to_string()),
         parallelism: j.parallelism,
+        ..JobStatusInfo::default()
     };
     let (job_status, lifecycle, ready, error) = match observed {
         Observed::InvalidSpec(message) => (
@@ -183,6 +187,31 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
             )
         }
     };
+    // A new deployment (a changed spec, a resume) takes the savepoint taken for it, in
+    // `savepoint` mode; otherwise none (its JobManager starts it empty or, in `last-state` mode and
+    // as `savepoint` mode's fallback, from its predecessor's latest checkpoint). The same
+    // deployment keeps what it started from.
+    let generation_now = resources::deployed_generation(job).unwrap_or(0);
+    let recorded = previous.deployed.as_ref();
+    let new_deployment = recorded.is_some_and(|d| d.generation != generation_now);
+    let upgrade_path = previous
+        .job_status
+        .as_ref()
+        .and_then(|p| p.upgrade_savepoint_path.clone());
+    let (deployed_savepoint, upgrade_path) = match (new_deployment, job.spec.job.upgrade_mode) {
+        (true, UpgradeMode::Savepoint) => (upgrade_path, None),
+        (true, _) => (None, None),
+        (false, _) => (recorded.and_then(|d| d.savepoint.clone()), upgrade_path),
+    };
+    // Savepoints are the controller's to record (it triggers and polls them): carried over.
+    let job_status = job_status.map(|s| JobStatusInfo {
+        savepoint_info: previous
+            .job_status
+            .as_ref()
+            .and_then(|p| p.savepoint_info.clone()),
+        upgrade_savepoint_path: upgrade_path,
+        ..s
+    });
     let replicas = taskmanager_replicas(job, observed);
     let task_managers = match (observed, job.spec.job.state) {
         (Observed::InvalidSpec(_), _) => previous.task_managers,
@@ -220,8 +249,9 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         error,
         autoscaler,
         deployed: Some(DeployedSpec {
-            generation: resources::deployed_generation(job).unwrap_or(0),
+            generation: generation_now,
             spec_hash: resources::spec_hash(job),
+            savepoint: deployed_savepoint,
         }),
     }
 }

@@ -9,6 +9,7 @@
 //! gives it back its end state (a finished source restores at its end and reads nothing).
 
 pub mod redistribute;
+pub mod savepoint;
 pub mod store;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 pub use redistribute::{SubtaskRestore, redistribute};
+pub use savepoint::Savepoint;
 pub use store::CheckpointStore;
 
 /// Why a checkpoint operation was refused or failed.

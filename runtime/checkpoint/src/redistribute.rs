@@ -20,6 +20,11 @@ pub struct SubtaskRestore {
     pub positions: Vec<String>,
     /// Sink committer states to take over (commit what they left pending).
     pub sinks: Vec<String>,
+    /// Where `keyed`'s files are when not in the job storage: a savepoint's directory (URL).
+    /// Such files are never the new job's own: its first checkpoint copies what it keeps
+    /// (Flink's `NO_CLAIM` restore mode), so the savepoint stays whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
 }
 
 /// The restore of subtask `subtask` of `parallelism` from the snapshots of one vertex's old
@@ -40,6 +45,7 @@ pub fn redistribute(
             keyed: (!own.files.is_empty()).then(|| own.clone()).into_iter().collect(),
             positions: own.position.as_deref().map(&positions).unwrap_or_default(),
             sinks: own.sink.iter().cloned().collect(),
+            storage: None,
         };
     }
     let mine = key_groups(parallelism, subtask);
@@ -70,6 +76,7 @@ pub fn redistribute(
         keyed,
         positions,
         sinks,
+        storage: None,
     }
 }
 

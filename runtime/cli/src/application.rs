@@ -73,6 +73,13 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
             manifest.metadata.uid.as_deref(),
             manifest.metadata.generation,
         ),
+        // Savepoint mode falls back to the last state when the operator brings no savepoint (the job
+        // was not running at the upgrade), as Flink's operator does.
+        last_state: matches!(
+            manifest.spec.job.upgrade_mode,
+            floe_manifest::UpgradeMode::LastState | floe_manifest::UpgradeMode::Savepoint
+        ),
+        initial_savepoint: manifest.spec.job.initial_savepoint_path.clone(),
     };
     floe_jobmanager::oplog::resume(&jm, log, &replayed.events, Some(application)).await?;
     // A fenced JobManager with nothing to append (waiting for slots, say) learns it was fenced

@@ -14,21 +14,7 @@ use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
 use crate::types::{KeyMap, RuntimeMode};
 
-/// Flink-style durations: `500 ms`, `1 s`, `2min`, a bare number is milliseconds.
-pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    let ms = match unit.trim() {
-        "" | "ms" | "milli" | "millis" | "milliseconds" => n,
-        "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
-        "min" | "m" | "minute" | "minutes" => n * 60_000,
-        "h" | "hour" | "hours" => n * 3_600_000,
-        _ => return None,
-    };
-    Some(std::time::Duration::from_millis(ms))
-}
+pub use floe_scheduler::parse_duration;
 
 /// Which keyed state backend tasks use (`state.backend.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +111,9 @@ pub(crate) const KEYED_STATE: &str = "keyed";
 pub enum Control {
     /// Sources: inject the barrier of this checkpoint.
     Trigger(u64),
+    /// Sources: inject the barrier of this savepoint, then end the input (stop with a savepoint):
+    /// the source finishes once the savepoint completed, and everything downstream after it.
+    Stop(u64),
     /// This checkpoint completed: sinks commit what it covers.
     Complete(u64),
 }

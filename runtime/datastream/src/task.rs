@@ -635,14 +635,14 @@ impl Running {
     /// does not finish until a checkpoint taken at its end completed, so everything downstream of
     /// it, up to the sinks' last commit, is covered by a checkpoint, and a failover after it
     /// restores this source at its end instead of replaying committed output.
-    async fn final_checkpoint(&mut self) -> Result<()> {
+    /// `taken`: a savepoint this source stopped at (its barrier is out already).
+    async fn final_checkpoint(&mut self, mut taken: Option<u64>) -> Result<()> {
         if self.checkpoints.control.is_none() {
             return Ok(());
         }
-        let mut taken: Option<u64> = None;
         loop {
             match self.checkpoints.recv().await {
-                Control::Trigger(id) => {
+                Control::Trigger(id) | Control::Stop(id) => {
                     self.checkpoint(id).await?;
                     taken = Some(id);
                 }
@@ -660,8 +660,9 @@ impl Running {
 
     async fn control(&mut self, control: Control, is_source: bool) -> Result<()> {
         match control {
-            Control::Trigger(id) if is_source => self.checkpoint(id).await,
-            Control::Trigger(_) => Ok(()), // barriers reach other tasks through their inputs
+            Control::Trigger(id) | Control::Stop(id) if is_source => self.checkpoint(id).await,
+            // Barriers reach other tasks through their inputs.
+            Control::Trigger(_) | Control::Stop(_) => Ok(()),
             Control::Complete(id) => match self.sink.as_mut() {
                 Some(sink) => sink.commit(id).await,
                 None => Ok(()),
@@ -701,9 +702,16 @@ impl Task {
         let mut last_flush = Instant::now();
         let due = |last: Instant| flush_interval.is_some_and(|t| last.elapsed() >= t);
         let is_source = input.is_none();
+        // Stop with a savepoint: the source's input ends at the savepoint's barrier.
+        let mut stopped_at = None;
         match input {
-            None => loop {
+            None => 'read: loop {
                 while let Some(control) = task.checkpoints.try_recv() {
+                    if let Control::Stop(id) = control {
+                        task.checkpoint(id).await?;
+                        stopped_at = Some(id);
+                        break 'read;
+                    }
                     task.control(control, true).await?;
                 }
                 let more = task.head.produce().await?;
@@ -760,7 +768,7 @@ impl Task {
         task.head.finish();
         task.flush(true).await?;
         if is_source {
-            task.final_checkpoint().await?;
+            task.final_checkpoint(stopped_at).await?;
         }
         let Running { outputs, sink, .. } = task;
         let mut stats = Vec::with_capacity(outputs.len());

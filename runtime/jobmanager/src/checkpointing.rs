@@ -37,23 +37,44 @@ impl JobManager {
                 Ok(store) => store.latest(&job_id, &vouched).await.map_err(|e| e.to_string()),
                 Err(e) => Err(e),
             };
+            // A job that has no checkpoint of its own yet starts from its savepoint, if it names one.
+            let recovery = crate::job::state_recovery(&conf).ok().flatten();
+            let savepoint = match (&latest, recovery) {
+                (Ok(l), Some(recovery)) if l.checkpoint.is_none() => {
+                    Some(read_savepoint(&recovery.path, &conf).await.map(|s| (s, recovery)))
+                }
+                _ => None,
+            };
             {
                 let mut state = this.state();
                 let Some(job) = state.jobs.get_mut(&job_id) else {
                     return;
                 };
-                match latest {
-                    Ok(latest) => {
+                let resumed = match (latest, savepoint) {
+                    (Ok(_), Some(Ok(((savepoint, directory), recovery)))) => job
+                        .master
+                        .restore_savepoint(savepoint, &directory, recovery.ignore_unclaimed)
+                        .map_err(|e| format!("cannot start from the savepoint: {e}")),
+                    (Ok(_), Some(Err(e))) => Err(format!(
+                        "cannot start from the savepoint ({}): {e}",
+                        crate::job::RECOVERY_PATH_KEY
+                    )),
+                    (Ok(latest), None) => {
                         for skipped in &latest.skipped {
                             tracing::warn!(job = %job_id, "passing over a damaged checkpoint: {skipped}");
                         }
                         job.master.resume_checkpoints(latest.checkpoint);
+                        Ok(())
                     }
+                    // Checkpoints exist and none reads back: starting empty would lose state.
+                    (Err(e), _) => Err(format!("cannot restore the job's checkpoints: {e}")),
+                };
+                match resumed {
+                    Ok(()) => {}
                     Err(e) => {
-                        // Checkpoints exist and none reads back: starting empty would lose state.
                         let m = &mut job.master;
-                        m.failure = Some(format!("cannot restore the job's checkpoints: {e}"));
-                        tracing::error!(job = %job_id, "cannot restore the job's checkpoints: {e}");
+                        m.failure = Some(e.clone());
+                        tracing::error!(job = %job_id, "{e}");
                         for s in [JobStatus::Running, JobStatus::Failing, JobStatus::Failed] {
                             m.status = m.status.transition(s).unwrap_or(s);
                         }
@@ -73,19 +94,28 @@ impl JobManager {
             return;
         }
         let now = now_ms();
-        type Trigger = (String, u64, Vec<(String, AttemptId)>, Option<CheckpointStore>);
+        type Trigger = (
+            String,
+            u64,
+            Vec<(String, AttemptId)>,
+            bool,
+            Option<CheckpointStore>,
+        );
+        let mut actions = Vec::new();
         let triggers: Vec<Trigger> = self
             .state()
             .jobs
             .values_mut()
             .filter_map(|job| {
-                let (checkpoint, sources) = job.master.trigger_checkpoint(now)?;
+                actions.extend(job.master.check_savepoint());
+                let t = job.master.trigger_checkpoint(now)?;
                 let store = checkpoint_store(&job.master.args.configuration).ok();
-                Some((job.master.id.clone(), checkpoint, sources, store))
+                Some((job.master.id.clone(), t.id, t.sources, t.stop, store))
             })
             .collect();
+        self.perform(actions);
         let holder = format!("leader epoch {}", self.leader_epoch());
-        for (job_id, checkpoint, sources, store) in triggers {
+        for (job_id, checkpoint, sources, stop, store) in triggers {
             let this = self.clone();
             let holder = holder.clone();
             tokio::spawn(async move {
@@ -108,18 +138,19 @@ impl JobManager {
                     return;
                 }
                 for (address, id) in sources {
-                    this.send_trigger(address, id, checkpoint);
+                    this.send_trigger(address, id, checkpoint, stop);
                 }
             });
         }
     }
 
-    fn send_trigger(&self, address: String, id: AttemptId, checkpoint: u64) {
+    fn send_trigger(&self, address: String, id: AttemptId, checkpoint: u64, stop: bool) {
         let this = self.clone();
         tokio::spawn(async move {
             let request = pb::TriggerCheckpointRequest {
                 id: Some(attempt_to_proto(&id)),
                 checkpoint,
+                stop,
             };
             let sent = match this.client(&address).await {
                 Ok(mut c) => c
@@ -170,7 +201,26 @@ impl JobManager {
         });
     }
 
+    /// Completes `checkpoint` (metadata, log, savepoint, notify, retention). When it cannot, a
+    /// savepoint being taken as it fails.
     pub(crate) async fn complete_checkpoint(
+        &self,
+        checkpoint: CompletedCheckpoint,
+        conf: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let (job_id, id) = (checkpoint.job_id.clone(), checkpoint.id);
+        let completed = self.write_checkpoint(checkpoint, conf).await;
+        if let Err(e) = &completed {
+            let actions = match self.state().jobs.get_mut(&job_id) {
+                Some(job) => job.master.checkpoint_dropped(id, e),
+                None => Vec::new(),
+            };
+            self.perform(actions);
+        }
+        completed
+    }
+
+    async fn write_checkpoint(
         &self,
         checkpoint: CompletedCheckpoint,
         conf: &std::collections::BTreeMap<String, String>,
@@ -223,10 +273,30 @@ impl JobManager {
             duration_ms = checkpoint.completed_ms.saturating_sub(checkpoint.triggered_ms),
             "checkpoint completed"
         );
-        let (subsumed, addresses) = match self.state().jobs.get_mut(&job_id) {
-            Some(job) => job.master.checkpoint_completed(checkpoint),
+        let (subsumed, addresses, savepoint) = match self.state().jobs.get_mut(&job_id) {
+            Some(job) => {
+                let savepoint = job.master.savepoint_of(id).map(|request| {
+                    (
+                        request,
+                        job.master.args.name.clone(),
+                        job.master.max_parallelism(),
+                    )
+                });
+                let (subsumed, addresses) = job.master.checkpoint_completed(checkpoint.clone());
+                (subsumed, addresses, savepoint)
+            }
             None => return Ok(()),
         };
+        // A savepoint is copied out before any sink commits or a stopped source finishes: a stop
+        // whose savepoint cannot be written fails over and runs on.
+        if let Some((request, name, max_parallelism)) = savepoint {
+            let written = write_savepoint(conf, &request, &name, &checkpoint, max_parallelism).await;
+            let actions = match self.state().jobs.get_mut(&job_id) {
+                Some(job) => job.master.savepoint_written(&request.trigger, written),
+                None => Vec::new(),
+            };
+            self.perform(actions);
+        }
         for address in addresses {
             if let Ok(mut c) = self.client(&address).await {
                 let _ = c
@@ -253,4 +323,43 @@ impl JobManager {
         }
         Ok(())
     }
+}
+
+/// Copies a completed checkpoint into the savepoint directory the request names.
+async fn write_savepoint(
+    conf: &std::collections::BTreeMap<String, String>,
+    request: &crate::job::SavepointRequest,
+    job_name: &str,
+    checkpoint: &CompletedCheckpoint,
+    max_parallelism: std::collections::BTreeMap<String, u32>,
+) -> Result<String, String> {
+    let job_storage = match ObjectStore::job_storage(conf) {
+        Ok(Some(store)) => store,
+        Ok(None) => return Err(format!("no job storage ({})", floe_storage::JOB_STORAGE_KEY)),
+        Err(e) => return Err(e.to_string()),
+    };
+    let target =
+        ObjectStore::open(&request.directory, conf).map_err(|e| format!("{}: {e}", request.directory))?;
+    floe_checkpoint::savepoint::write(
+        &job_storage,
+        &target,
+        job_name,
+        checkpoint,
+        max_parallelism,
+        request.drain,
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// Reads the savepoint (or retained checkpoint) at `location`: it and the URL its files are
+/// relative to.
+async fn read_savepoint(
+    location: &str,
+    conf: &std::collections::BTreeMap<String, String>,
+) -> Result<(floe_checkpoint::Savepoint, String), String> {
+    let point = floe_checkpoint::savepoint::load_recovery_point(location, conf)
+        .await
+        .map_err(|e| format!("{location}: {e}"))?;
+    Ok((point.savepoint, point.storage))
 }

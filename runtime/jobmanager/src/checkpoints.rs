@@ -43,6 +43,16 @@ pub struct JobCheckpoints {
     pub counts: CheckpointCounts,
     /// The checkpoint the running attempts were restored from (Flink's `latest.restored`).
     pub restored: Option<u64>,
+    /// The savepoint directory (URL) `latest` was restored from: its files are there, not in
+    /// the job storage. `None` once the job completed a checkpoint of its own.
+    pub restored_savepoint: Option<String>,
+    /// A savepoint was asked for: its checkpoint triggers at once, not at the interval.
+    savepoint_wanted: bool,
+    /// The checkpoint a savepoint is being taken as: no other checkpoint triggers until the
+    /// savepoint is resolved ([`JobCheckpoints::savepoint_resolved`]).
+    pub savepoint_checkpoint: Option<u64>,
+    /// Why the savepoint's checkpoint was aborted, until the JobMaster takes it.
+    pub savepoint_aborted: Option<String>,
 }
 
 impl JobCheckpoints {
@@ -58,6 +68,30 @@ impl JobCheckpoints {
             pending_since_ms: None,
             counts: CheckpointCounts::default(),
             restored: None,
+            restored_savepoint: None,
+            savepoint_wanted: false,
+            savepoint_checkpoint: None,
+            savepoint_aborted: None,
+        }
+    }
+
+    /// A savepoint: the next checkpoint is triggered as soon as none is pending.
+    pub fn request_savepoint(&mut self) {
+        self.savepoint_wanted = true;
+        self.savepoint_checkpoint = None;
+        self.savepoint_aborted = None;
+    }
+
+    /// The savepoint was written, or failed: checkpoints go on at the interval.
+    pub fn savepoint_resolved(&mut self) {
+        self.savepoint_wanted = false;
+        self.savepoint_checkpoint = None;
+    }
+
+    /// `aborted` was aborted: if a savepoint was being taken as it, the savepoint failed.
+    fn aborted(&mut self, aborted: u64, why: &str) {
+        if self.savepoint_checkpoint == Some(aborted) {
+            self.savepoint_aborted = Some(why.to_string());
         }
     }
 
@@ -79,13 +113,33 @@ impl JobCheckpoints {
             self.restored = Some(c.id);
             self.latest = Some(c);
         }
+        self.restored_savepoint = None;
         self.ready = true;
+    }
+
+    /// The job starts from a savepoint (`execution.state-recovery.path`; or a retained checkpoint
+    /// of another job) whose files are relative to `directory`: it is what the job restores from
+    /// until the job completes a checkpoint of its own. Nothing of it is ever deleted by
+    /// retention, and the first checkpoint uploads all the state it keeps.
+    pub fn resume_from_savepoint(
+        &mut self,
+        job_id: &str,
+        tasks: Vec<String>,
+        sources: Vec<String>,
+        savepoint: CompletedCheckpoint,
+        directory: String,
+    ) {
+        self.resume_from(job_id, tasks, sources, Some(savepoint));
+        // Not the job's own: retention never deletes anything of it (Flink's NO_CLAIM).
+        self.retained.clear();
+        self.restored_savepoint = Some(directory);
     }
 
     /// The job was rescaled: its task names changed (see [`CheckpointCoordinator::set_tasks`]).
     pub fn set_tasks(&mut self, tasks: Vec<String>, sources: Vec<String>) {
-        if self.coordinator.set_tasks(tasks, sources).is_some() {
+        if let Some(aborted) = self.coordinator.set_tasks(tasks, sources) {
             self.counts.failed += 1;
+            self.aborted(aborted, "the job rescaled");
         }
         self.pending_since_ms = None;
     }
@@ -136,7 +190,13 @@ impl JobCheckpoints {
             key_groups,
             floe_datastream::checkpoint::source_positions,
         );
-        Some((latest.id, restore))
+        Some((
+            latest.id,
+            floe_checkpoint::SubtaskRestore {
+                storage: self.restored_savepoint.clone(),
+                ..restore
+            },
+        ))
     }
 
     /// The next checkpoint, when it is due and every task runs or finished (at least one source
@@ -158,13 +218,21 @@ impl JobCheckpoints {
                     "checkpoint expired before every task acknowledged it"
                 );
                 self.counts.failed += 1;
+                self.aborted(
+                    id,
+                    "it expired before every task acknowledged it (execution.checkpointing.timeout)",
+                );
             }
             self.pending_since_ms = None;
         }
+        // A savepoint's checkpoint goes at once; none goes while a savepoint is being written.
+        let due =
+            now_ms >= self.next_trigger_ms || (self.savepoint_wanted && self.savepoint_checkpoint.is_none());
         if !all_running
             || !self.ready
-            || now_ms < self.next_trigger_ms
+            || !due
             || self.coordinator.pending().is_some()
+            || self.savepoint_checkpoint.is_some()
         {
             return None;
         }
@@ -174,6 +242,9 @@ impl JobCheckpoints {
             end_states.insert(task.clone(), snapshot.clone());
         }
         let trigger = self.coordinator.trigger_with_finished(now_ms, end_states)?;
+        if self.savepoint_wanted {
+            self.savepoint_checkpoint = Some(trigger.id);
+        }
         self.pending_since_ms = Some(now_ms);
         self.next_trigger_ms = now_ms + self.config.interval.as_millis() as u64;
         self.counts.triggered += 1;
@@ -221,6 +292,7 @@ impl JobCheckpoints {
             tracing::info!(checkpoint = aborted, "checkpoint aborted: {why}");
             self.counts.failed += 1;
             self.pending_since_ms = None;
+            self.aborted(aborted, why);
         }
     }
 
@@ -228,6 +300,7 @@ impl JobCheckpoints {
     pub fn completed(&mut self, checkpoint: CompletedCheckpoint) -> Subsumed {
         let checkpoint = Arc::new(checkpoint);
         let dropped = self.coordinator.completed(checkpoint.id);
+        self.restored_savepoint = None;
         self.counts.completed += 1;
         self.retained.push(checkpoint.clone());
         self.latest = Some(checkpoint);

@@ -196,6 +196,12 @@ pub struct Application {
     /// resume after suspend, a FlinkJob deleted and created again, another `floe run`) is history,
     /// and this deployment's job is submitted anew.
     pub deployment: String,
+    /// `upgradeMode: last-state`: a new deployment's job starts from the latest checkpoint of the
+    /// deployment before it (or from what that one started from, if it took none).
+    pub last_state: bool,
+    /// `spec.job.initialSavepointPath`: the savepoint the FlinkJob's first deployment starts from
+    /// (the first of its uid the log knows).
+    pub initial_savepoint: Option<String>,
 }
 
 impl Application {
@@ -280,7 +286,37 @@ pub async fn resume(
         }
     }
     let has_current = logged.iter().any(is_current);
-    if let Some(app) = application.filter(|_| !has_current) {
+    if let Some(mut app) = application.filter(|_| !has_current) {
+        // What the job starts from goes into its logged configuration, so a JobManager that takes
+        // over restores the same. An explicit key (the operator's savepoint of an upgrade) wins.
+        let recovery_set = [crate::job::RECOVERY_PATH_KEY, "execution.savepoint.path"]
+            .iter()
+            .any(|k| app.job.configuration.contains_key(*k));
+        let uid = |deployment: &str| deployment.split_once('/').map(|(u, _)| u.to_string());
+        let predecessor = logged
+            .iter()
+            .rev()
+            .find(|j| uid(&j.deployment) == uid(&app.deployment));
+        let start_from = match (recovery_set, predecessor) {
+            (true, _) => None,
+            (false, Some(previous)) if app.last_state => {
+                let path = last_state(previous, &app.job.configuration).await?;
+                if let Some(path) = &path {
+                    tracing::info!(
+                        path,
+                        "last-state upgrade: the new deployment's job starts from its predecessor's state"
+                    );
+                }
+                path
+            }
+            (false, Some(_)) => None,
+            (false, None) => app.initial_savepoint.clone(),
+        };
+        if let Some(path) = start_from {
+            app.job
+                .configuration
+                .insert(crate::job::RECOVERY_PATH_KEY.into(), path);
+        }
         // A job that cannot be built is refused before it reaches the log.
         let vertices = jm.check(&app.job)?;
         let id = JobManager::new_job_id();
@@ -310,6 +346,44 @@ pub async fn resume(
     }
     jm.attach_log(log, known).await;
     Ok(())
+}
+
+/// What a `last-state` deployment starts from: the latest readable checkpoint the log vouches
+/// for of the deployment before it, else what that one started from; `None` after a deployment
+/// that had no state. Vouched checkpoints none of which
+/// reads back are an error: starting empty would lose the job's state.
+async fn last_state(previous: &LoggedJob, conf: &BTreeMap<String, String>) -> Result<Option<String>> {
+    let storage = conf.get(floe_storage::JOB_STORAGE_KEY);
+    if let Some(url) = storage
+        && !previous.checkpoints.is_empty()
+    {
+        let store = floe_storage::ObjectStore::open(url, conf).map_err(|e| Error::Config {
+            key: floe_storage::JOB_STORAGE_KEY.into(),
+            message: e.to_string(),
+        })?;
+        let latest = floe_checkpoint::CheckpointStore::new(store)
+            .latest(&previous.id, &previous.checkpoints)
+            .await
+            .map_err(|e| Error::Config {
+                key: "spec.job.upgradeMode".into(),
+                message: format!(
+                    "last-state: the previous deployment's checkpoints do not read back ({e});                      starting empty would lose its state"
+                ),
+            })?;
+        if let Some(c) = latest.checkpoint {
+            return Ok(Some(format!(
+                "{}/checkpoints/{}/chk-{}",
+                url.trim_end_matches('/'),
+                previous.id,
+                c.id
+            )));
+        }
+    }
+    Ok(previous
+        .args
+        .configuration
+        .get(crate::job::RECOVERY_PATH_KEY)
+        .cloned())
 }
 
 /// Appends every job status change (seen within 100 ms; a terminal one is also logged before a client

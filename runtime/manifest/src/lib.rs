@@ -108,8 +108,22 @@ pub struct JobSpec {
     /// `suspended` cancels the job and scales its processes to zero; `running` starts it again.
     #[serde(default)]
     pub state: DesiredState,
+    /// How a spec change is rolled out (Flink Kubernetes Operator's): `stateless` starts the new
+    /// job empty, `savepoint` stops the job with a savepoint and starts the new one from it,
+    /// `last-state` starts it from the job's latest checkpoint.
     #[serde(default)]
     pub upgrade_mode: UpgradeMode,
+    /// A savepoint (its directory, or its `_metadata`) the job's first deployment starts from
+    /// (Flink's `execution.state-recovery.path`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_savepoint_path: Option<String>,
+    /// Start although the savepoint holds state of an operator the job no longer has (Flink's
+    /// `execution.state-recovery.ignore-unclaimed-state`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_non_restored_state: Option<bool>,
+    /// Change it to take a savepoint of the running job now (the job runs on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint_trigger_nonce: Option<i64>,
 }
 
 /// A fixed parallelism, or `auto` (adaptive batch parallelism).
@@ -312,6 +326,10 @@ pub struct FlinkJobStatus {
 pub struct DeployedSpec {
     pub generation: i64,
     pub spec_hash: String,
+    /// The savepoint this deployment's job started from (a `savepoint`-mode upgrade's or resume's):
+    /// its JobManager's manifest names it, so a restarted JobManager starts from the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<String>,
 }
 
 /// The job autoscaler as the operator sees it.
@@ -347,6 +365,53 @@ pub struct JobStatusInfo {
     /// `jobmanager.scheduler: adaptive` it follows the TaskManagers `kubectl scale` gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<u32>,
+    /// Savepoints taken of the job by the operator (Flink Kubernetes Operator's shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint_info: Option<SavepointInfo>,
+    /// The savepoint the next deployment of the job starts from (taken by a `savepoint`-mode
+    /// upgrade or suspend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_savepoint_path: Option<String>,
+}
+
+/// Savepoints of a job, as the Flink Kubernetes Operator reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointInfo {
+    /// The newest savepoint completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_savepoint: Option<SavepointRecord>,
+    /// The savepoint in flight: the JobManager's trigger id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_id: Option<String>,
+    /// When it was triggered (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_timestamp: Option<i64>,
+    /// Why: UPGRADE, SUSPEND, MANUAL (`savepointTriggerNonce`) or PERIODIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_type: Option<String>,
+    /// The `savepointTriggerNonce` a MANUAL trigger answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_nonce: Option<i64>,
+    /// When the operator last triggered a periodic savepoint (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_periodic_savepoint_timestamp: Option<i64>,
+    /// Completed savepoints, oldest first, at most
+    /// `kubernetes.operator.savepoint.history.max.count` (10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub savepoint_history: Vec<SavepointRecord>,
+}
+
+/// One completed savepoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SavepointRecord {
+    /// When it completed (ms since the epoch).
+    pub time_stamp: i64,
+    pub location: String,
+    pub trigger_type: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_nonce: Option<i64>,
 }
 
 /// A manifest file: the resource plus the two fields a file carries that the resource type leaves to
@@ -466,20 +531,24 @@ fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()>
 /// operator mounts it into every pod), `memory://` (one process, tests). `gs://` and other
 /// schemes are refused with what to use instead.
 fn validate_storage_url(url: &str) -> Result<()> {
-    const FIELD: &str = "spec.storage.url";
+    validate_url("spec.storage.url", url)
+}
+
+/// A URL of object storage Floe can open (see [`validate_storage_url`]), at `field`.
+fn validate_url(field: &str, url: &str) -> Result<()> {
     if url.starts_with("s3://") || url.starts_with("memory://") {
         return Ok(());
     }
     if let Some(path) = url.strip_prefix("file://") {
         if !path.starts_with('/') {
             return field_error(
-                FIELD,
+                field,
                 format!("expected an absolute path after file:// (file:///var/lib/floe), got {url:?}"),
             );
         }
         if path.trim_end_matches('/').is_empty() {
             return field_error(
-                FIELD,
+                field,
                 format!(
                     "{url:?} is the root of the file system: expected a directory for the job's \
                      storage, like file:///var/lib/floe"
@@ -490,7 +559,7 @@ fn validate_storage_url(url: &str) -> Result<()> {
     }
     let scheme = url.split_once("://").map_or(url, |(s, _)| s);
     field_error(
-        FIELD,
+        field,
         format!(
             "expected an s3:// or file:// URL, got {url:?}: the {scheme:?} scheme cannot be opened \
              (for Google Cloud Storage use s3:// with its S3-compatible endpoint, \
@@ -498,6 +567,19 @@ fn validate_storage_url(url: &str) -> Result<()> {
         ),
     )
 }
+
+pub use floe_scheduler::parse_duration;
+
+/// How often the operator takes a savepoint of a running job (Flink Kubernetes Operator's key;
+/// unset or 0: never).
+pub const PERIODIC_SAVEPOINT_INTERVAL_KEY: &str = "kubernetes.operator.periodic.savepoint.interval";
+/// How many completed savepoints `status.jobStatus.savepointInfo.savepointHistory` keeps.
+pub const SAVEPOINT_HISTORY_MAX_COUNT_KEY: &str = "kubernetes.operator.savepoint.history.max.count";
+
+/// Flink's key for the savepoint a job starts from (`spec.job.initialSavepointPath`).
+pub const RECOVERY_PATH_KEY: &str = "execution.state-recovery.path";
+/// Flink's key for starting without a savepoint's unclaimed state (`allowNonRestoredState`).
+pub const IGNORE_UNCLAIMED_KEY: &str = "execution.state-recovery.ignore-unclaimed-state";
 
 /// The most TaskManagers a FlinkJob can ask for: its TaskManager Deployment's `replicas` is an
 /// int32.
@@ -571,6 +653,35 @@ impl FlinkJobSpec {
         if let Some(storage) = &self.storage {
             validate_storage_url(&storage.url)?;
         }
+        if let Some(v) = self.configuration.get(PERIODIC_SAVEPOINT_INTERVAL_KEY)
+            && parse_duration(v).is_none()
+        {
+            return field_error(
+                format!("spec.configuration[{PERIODIC_SAVEPOINT_INTERVAL_KEY}]"),
+                format!("expected a duration such as \"1 h\" or \"10 min\", got {v:?}"),
+            );
+        }
+        if let Some(v) = self.configuration.get(SAVEPOINT_HISTORY_MAX_COUNT_KEY)
+            && !v.trim().parse::<u32>().is_ok_and(|n| n > 0)
+        {
+            return field_error(
+                format!("spec.configuration[{SAVEPOINT_HISTORY_MAX_COUNT_KEY}]"),
+                format!("expected a positive integer, got {v:?}"),
+            );
+        }
+        if let Some(path) = &self.job.initial_savepoint_path {
+            validate_url("spec.job.initialSavepointPath", path)?;
+            if self.storage.is_none()
+                || !self
+                    .configuration
+                    .contains_key("execution.checkpointing.interval")
+            {
+                return field_error(
+                    "spec.job.initialSavepointPath",
+                    "a job restores a savepoint's state through its checkpoints: set spec.storage and                      spec.configuration[execution.checkpointing.interval]",
+                );
+            }
+        }
         Ok(())
     }
 
@@ -584,6 +695,12 @@ impl FlinkJobSpec {
             Parallelism::Auto => "-1".into(),
         };
         conf.insert("parallelism.default".into(), parallelism);
+        // `initialSavepointPath` is not here: it applies to the FlinkJob's first deployment only,
+        // which the JobManager tells from its operation log.
+        if let Some(allow) = self.job.allow_non_restored_state {
+            conf.entry(IGNORE_UNCLAIMED_KEY.into())
+                .or_insert_with(|| allow.to_string());
+        }
         conf
     }
 

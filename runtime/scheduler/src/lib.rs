@@ -28,3 +28,20 @@ pub use plan::Plan;
 pub use regions::PipelinedRegions;
 pub use scheduling::PipelinedRegionSchedulingStrategy;
 pub use state::{ExecutionState, JobStatus};
+
+/// Flink-style durations: `500 ms`, `1 s`, `2min`, `1 h`; a bare number is milliseconds. (Here
+/// because every crate that reads Flink's keys depends on this one.)
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let ms = match unit.trim() {
+        "" | "ms" | "milli" | "millis" | "milliseconds" => n,
+        "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
+        "min" | "m" | "minute" | "minutes" => n * 60_000,
+        "h" | "hour" | "hours" => n * 3_600_000,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(ms))
+}

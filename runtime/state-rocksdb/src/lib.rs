@@ -214,6 +214,14 @@ impl RocksDbStateBackend {
         Ok(backend)
     }
 
+    /// The files restored from are not the job's own (a savepoint's, Flink's `NO_CLAIM` restore
+    /// mode): the next checkpoint uploads every file it needs into the job storage instead of
+    /// naming the savepoint's, so the savepoint stays whole and the job's checkpoints never
+    /// depend on it.
+    pub fn disown_restored_files(&self) {
+        self.uploaded.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     /// Compacts the whole key space (a state that has settled: no L0 files left to merge).
     pub fn compact(&self) {
         self.db.compact_range::<&[u8], &[u8]>(None, None);

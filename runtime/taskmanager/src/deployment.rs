@@ -51,8 +51,15 @@ async fn keyed_state(
     store: ObjectStore,
     restore: Option<&(u64, SubtaskRestore)>,
     key_groups: std::ops::Range<u32>,
+    configuration: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<KeyedStateInit>, floe_state::Error> {
     let snapshots: Vec<TaskSnapshot> = restore.map(|(_, r)| r.keyed.clone()).unwrap_or_default();
+    // A savepoint's files are in its own directory, not the job storage.
+    let foreign = restore.and_then(|(_, r)| r.storage.as_deref());
+    let store = match foreign {
+        Some(url) => ObjectStore::open(url, configuration)?,
+        None => store,
+    };
     Ok(Some(match backend {
         StateBackendKind::HashMap => {
             KeyedStateInit::Heap(HashMapStateBackend::restore(&store, &snapshots, key_groups).await?)
@@ -65,7 +72,11 @@ async fn keyed_state(
             let db = if with_files.is_empty() {
                 RocksDbStateBackend::open(dir, key_groups)?
             } else {
-                RocksDbStateBackend::restore(dir, &store, &with_files, key_groups).await?
+                let db = RocksDbStateBackend::restore(dir, &store, &with_files, key_groups).await?;
+                if foreign.is_some() {
+                    db.disown_restored_files();
+                }
+                db
             };
             KeyedStateInit::Backend(Box::new(db))
         }
@@ -246,11 +257,16 @@ impl TaskManager {
             // Keyed state first (a restore downloads it), then the chain.
             let state = match checkpoints.as_ref().filter(|_| keyed) {
                 Some(config) => match job_storage(&ctx.configuration) {
-                    Ok(storage) => {
-                        keyed_state(config.backend, &state_dir, storage, restore.as_ref(), key_groups)
-                            .await
-                            .map_err(|e| e.to_string())
-                    }
+                    Ok(storage) => keyed_state(
+                        config.backend,
+                        &state_dir,
+                        storage,
+                        restore.as_ref(),
+                        key_groups,
+                        &ctx.configuration,
+                    )
+                    .await
+                    .map_err(|e| e.to_string()),
                     Err(status) => Err(status.message().to_string()),
                 },
                 None => Ok(None),

@@ -47,10 +47,14 @@ impl TaskExecutor for TaskManager {
         let r = request.into_inner();
         let id =
             r.id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
+        let control = match r.stop {
+            true => Control::Stop(r.checkpoint),
+            false => Control::Trigger(r.checkpoint),
+        };
         let sent = lock(&self.inner.tasks)
             .get(&key(&id))
             .and_then(|t| t.control.as_ref())
-            .is_some_and(|c| c.send(Control::Trigger(r.checkpoint)).is_ok());
+            .is_some_and(|c| c.send(control).is_ok());
         if !sent {
             return Err(Status::not_found(format!(
                 "no running checkpointed task {}#{} attempt {} of job {}",

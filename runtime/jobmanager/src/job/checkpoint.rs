@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// A checkpoint that is due: its id, the sources to send its barrier to (address, attempt), and
+/// whether it is a stop's savepoint (the sources end their input after it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointTrigger {
+    pub id: u64,
+    pub sources: Vec<(String, AttemptId)>,
+    pub stop: bool,
+}
+
 impl JobMaster {
     /// Continue after `latest` (read from the job storage; `None`: a fresh start).
     pub fn resume_checkpoints(&mut self, latest: Option<CompletedCheckpoint>) {
@@ -15,8 +24,8 @@ impl JobMaster {
         }
     }
 
-    /// Sources to send barrier `n` to, when checkpoint `n` is due: (address, attempt).
-    pub fn trigger_checkpoint(&mut self, now_ms: u64) -> Option<(u64, Vec<(String, AttemptId)>)> {
+    /// The sources to send the barrier of the checkpoint that is due to.
+    pub fn trigger_checkpoint(&mut self, now_ms: u64) -> Option<CheckpointTrigger> {
         if self.status != JobStatus::Running {
             return None;
         }
@@ -48,7 +57,11 @@ impl JobMaster {
                 Some((slot.address.clone(), self.attempt_id(e.id)))
             })
             .collect();
-        Some((id, targets))
+        Some(CheckpointTrigger {
+            id,
+            stop: self.stops_at(id),
+            sources: targets,
+        })
     }
 
     /// A task acknowledged checkpoint `checkpoint`; `Some` when it completed (write the metadata).

@@ -322,6 +322,17 @@ pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
         });
     }
     checkpoint_config(conf)?;
+    if let Some(recovery) = super::state_recovery(conf)?
+        && checkpoint_config(conf)?.is_none()
+    {
+        return Err(Error::Config {
+            key: super::RECOVERY_PATH_KEY.into(),
+            message: format!(
+                "{}: a job restores a savepoint's state through its checkpoints: set                  execution.checkpointing.interval (a STREAMING job with spec.storage)",
+                recovery.path
+            ),
+        });
+    }
     for key in DURATION_KEYS {
         duration_setting(conf, key)?;
     }

@@ -28,9 +28,11 @@ mod checkpoint;
 mod config;
 mod reports;
 mod rescale;
+mod savepoint;
 
 pub use adaptive::VertexDecision;
 pub use autoscale::{JobAutoscaler, ScalingDecision, TaskRates};
+pub use checkpoint::CheckpointTrigger;
 use config::checkpoint_config;
 pub use config::{
     ADAPTIVE_PREFIX, AUTOSCALER_PREFIX, AdaptiveScheduler, RestartStrategy, SCHEDULER_KEY,
@@ -38,6 +40,10 @@ pub use config::{
     parse_duration, validate_configuration,
 };
 pub use rescale::{ParallelismBounds, Rescale};
+pub use savepoint::{
+    IGNORE_UNCLAIMED_KEY, RECOVERY_PATH_KEY, SAVEPOINT_DIR_KEY, SavepointRequest, SavepointStatus,
+    Savepoints, StateRecovery, state_recovery,
+};
 
 /// How long a restart waits for slots when a lost TaskManager left none (Flink's
 /// `slot.request.timeout` for a restart; the JobManager's initial wait is configured separately).
@@ -212,6 +218,8 @@ pub struct JobMaster {
     pub autoscaler: Option<JobAutoscaler>,
     /// The tasks' counters at two times a few seconds apart, for per-second rates.
     rate_samples: ((u64, Vec<TaskCounters>), (u64, Vec<TaskCounters>)),
+    /// Savepoints asked for through the REST API.
+    pub savepoints: Savepoints,
 }
 
 /// The execution slot sharing group of each subtask, by global index.
@@ -346,6 +354,7 @@ impl JobMaster {
             last_scaled_ms: 0,
             autoscaler,
             rate_samples: Default::default(),
+            savepoints: Savepoints::default(),
         })
     }
 

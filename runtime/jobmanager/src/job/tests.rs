@@ -4,7 +4,7 @@
 use super::*;
 use floe_scheduler::BatchShuffleMode;
 
-fn seed_job() -> JobMaster {
+pub(super) fn seed_job() -> JobMaster {
     let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesBlocking);
     let mut conf = BTreeMap::new();
     conf.insert(
@@ -19,7 +19,7 @@ fn seed_job() -> JobMaster {
     JobMaster::new("job".into(), args, graph, "fp".into(), 0).unwrap()
 }
 
-fn slots() -> Vec<SlotRef> {
+pub(super) fn slots() -> Vec<SlotRef> {
     (0..2)
         .flat_map(|tm| {
             (0..3).map(move |slot| SlotRef {
@@ -41,7 +41,7 @@ fn deployed(actions: &[Action], job: &JobMaster) -> Vec<String> {
         .collect()
 }
 
-fn report(job: &mut JobMaster, v: ExecutionVertexId, state: ExecutionState) -> Vec<Action> {
+pub(super) fn report(job: &mut JobMaster, v: ExecutionVertexId, state: ExecutionState) -> Vec<Action> {
     let id = job.attempt_id(v);
     job.on_task_state(&id, state, None, Vec::new(), None)
 }
@@ -153,7 +153,7 @@ fn a_consumer_that_cannot_read_its_input_restarts_the_producer_too() {
 }
 
 /// A streaming seed job (everything pipelined: one region) checkpointing every second.
-fn checkpointing_job() -> JobMaster {
+pub(super) fn checkpointing_job() -> JobMaster {
     let graph = JobGraph::seed_example().with_shuffle_mode(BatchShuffleMode::AllExchangesPipelined);
     let conf = [
         ("execution.checkpointing.interval", "1 s"),
@@ -184,7 +184,7 @@ fn a_restart_waits_for_a_checkpoint_being_logged_and_restores_from_it() {
         report(&mut job, v, ExecutionState::Initializing);
         report(&mut job, v, ExecutionState::Running);
     }
-    let (id, _) = job.trigger_checkpoint(10_000).expect("due");
+    let id = job.trigger_checkpoint(10_000).expect("due").id;
     let mut completed = None;
     for &v in &all {
         let attempt = job.attempt_id(v);

@@ -115,7 +115,7 @@ impl JobManager {
 
     /// Carries out actions; failures to deploy become task failures. A stopped (fenced) JobManager
     /// carries out nothing.
-    pub(super) fn perform(&self, actions: Vec<Action>) {
+    pub(crate) fn perform(&self, actions: Vec<Action>) {
         if self.fatal().is_some() {
             return;
         }

@@ -9,6 +9,7 @@
 mod driver;
 mod log;
 mod rpc;
+mod savepoints;
 
 pub(crate) use rpc::{attempt_from_proto, attempt_to_proto};
 
@@ -32,6 +33,7 @@ pub(crate) type TaskExecutorRpc = TaskExecutorClient<InterceptedService<Channel,
 
 use crate::error::{Error, Result};
 use crate::job::{Action, AttemptId, Deployment, JobMaster, SlotRef, TaskCounters};
+pub use savepoints::SavepointRefused;
 
 /// How the JobManager listens and judges TaskManagers.
 #[derive(Debug, Clone)]

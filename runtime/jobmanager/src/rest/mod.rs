@@ -1,10 +1,14 @@
 //! The REST API, in the shape of Flink's: `GET /jobs`, `GET /jobs/{id}`, `PATCH /jobs/{id}` (cancel),
-//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint), plus `GET /taskmanagers` (slots and shuffle buffer use, which the backpressure test reads).
+//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint), savepoints
+//! (`savepoints.rs`), plus `GET /taskmanagers` (slots and shuffle buffer use, which the
+//! backpressure test reads).
+
+mod savepoints;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
@@ -16,6 +20,12 @@ pub fn router(jm: JobManager) -> Router {
         .route("/jobs", get(list_jobs))
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
         .route("/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/jobs/{id}/savepoints", post(savepoints::trigger_savepoint))
+        .route(
+            "/jobs/{id}/savepoints/{trigger}",
+            get(savepoints::savepoint_status),
+        )
+        .route("/jobs/{id}/stop", post(savepoints::stop_with_savepoint))
         .route(
             "/jobs/{id}/resource-requirements",
             get(resource_requirements).put(put_resource_requirements),
@@ -296,7 +306,11 @@ async fn checkpoints(State(jm): State<JobManager>, Path(id): Path<String>) -> Re
         },
         "latest": {
             "completed": latest,
-            "restored": c.restored.map(|id| json!({ "id": id, "is_savepoint": false })),
+            "restored": c.restored.map(|id| json!({
+                "id": id,
+                "is_savepoint": c.restored_savepoint.is_some(),
+                "external_path": c.restored_savepoint,
+            })),
         },
     }))
     .into_response()

@@ -1,0 +1,229 @@
+//! Savepoints the operator takes of a job (the Flink Kubernetes Operator's), decided by pure
+//! functions over the FlinkJob and what its JobManager says:
+//!
+//! - **UPGRADE**: in `upgradeMode: savepoint`, a spec change first stops the running job with a
+//!   savepoint; the new deployment starts from it (`status.deployed.savepoint`, written into its
+//!   JobManager's manifest as `execution.state-recovery.path`). Nothing new is applied until
+//!   the savepoint completed, so the old job runs on unchanged if it fails (it is tried again).
+//! - **SUSPEND**: `spec.job.state: suspended` in savepoint mode stops the job with a savepoint
+//!   before the Deployments go to zero; the resume starts from it.
+//! - **MANUAL**: a new `spec.job.savepointTriggerNonce` takes a savepoint; the job runs on.
+//! - **PERIODIC**: every `kubernetes.operator.periodic.savepoint.interval`.
+//!
+//! Completed savepoints go to `status.jobStatus.savepointInfo` (the last one and a history of
+//! `kubernetes.operator.savepoint.history.max.count`, 10).
+
+use floe_manifest::{
+    DesiredState, FlinkJob, JobStatusInfo, PERIODIC_SAVEPOINT_INTERVAL_KEY, SAVEPOINT_HISTORY_MAX_COUNT_KEY,
+    SavepointInfo, SavepointRecord, UpgradeMode,
+};
+
+use crate::resources;
+use crate::status::{Observed, lifecycle};
+
+/// Why a savepoint is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerType {
+    Upgrade,
+    Suspend,
+    Manual,
+    Periodic,
+}
+
+impl TriggerType {
+    pub fn name(self) -> &'static str {
+        match self {
+            TriggerType::Upgrade => "UPGRADE",
+            TriggerType::Suspend => "SUSPEND",
+            TriggerType::Manual => "MANUAL",
+            TriggerType::Periodic => "PERIODIC",
+        }
+    }
+
+    fn parse(name: &str) -> Option<TriggerType> {
+        [
+            TriggerType::Upgrade,
+            TriggerType::Suspend,
+            TriggerType::Manual,
+            TriggerType::Periodic,
+        ]
+        .into_iter()
+        .find(|t| t.name() == name)
+    }
+
+    /// An upgrade's and a suspend's savepoint stop the job; the others let it run on.
+    pub fn stops(self) -> bool {
+        matches!(self, TriggerType::Upgrade | TriggerType::Suspend)
+    }
+}
+
+/// What to do about savepoints in this reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing: reconcile as usual.
+    None,
+    /// Trigger a savepoint of the running job.
+    Trigger { job_id: String, kind: TriggerType },
+    /// Ask how the savepoint in flight stands.
+    Poll {
+        job_id: String,
+        trigger: String,
+        kind: TriggerType,
+    },
+}
+
+fn job_status(job: &FlinkJob) -> Option<&JobStatusInfo> {
+    job.status.as_ref()?.job_status.as_ref()
+}
+
+fn info(job: &FlinkJob) -> SavepointInfo {
+    job_status(job)
+        .and_then(|j| j.savepoint_info.clone())
+        .unwrap_or_default()
+}
+
+/// Whether this reconcile would deploy a new generation (a changed spec) of a deployed job.
+pub fn upgrading(job: &FlinkJob) -> bool {
+    let Some(status) = &job.status else {
+        return false;
+    };
+    job.spec.job.state == DesiredState::Running
+        && status.lifecycle_state.as_deref() != Some(lifecycle::SUSPENDED)
+        && status
+            .deployed
+            .as_ref()
+            .is_some_and(|d| Some(d.generation) != resources::deployed_generation(job))
+}
+
+/// The savepoint step for `job` after observing `observed` at `now_ms`.
+pub fn next_step(job: &FlinkJob, observed: &Observed, now_ms: i64) -> Step {
+    let info = info(job);
+    if let (Some(trigger), Some(kind)) = (
+        info.trigger_id.clone(),
+        info.trigger_type.as_deref().and_then(TriggerType::parse),
+    ) && let Some(job_id) = job_status(job).and_then(|j| j.job_id.clone())
+    {
+        return Step::Poll {
+            job_id,
+            trigger,
+            kind,
+        };
+    }
+    let Observed::Job(running) = observed else {
+        return Step::None;
+    };
+    if running.state != "RUNNING" {
+        return Step::None;
+    }
+    let trigger = |kind| Step::Trigger {
+        job_id: running.id.clone(),
+        kind,
+    };
+    if job.spec.job.upgrade_mode == UpgradeMode::Savepoint {
+        let suspending = job.spec.job.state == DesiredState::Suspended
+            && job.status.as_ref().and_then(|s| s.lifecycle_state.as_deref()) != Some(lifecycle::SUSPENDED);
+        if suspending {
+            return trigger(TriggerType::Suspend);
+        }
+        if upgrading(job) {
+            return trigger(TriggerType::Upgrade);
+        }
+    }
+    if job.spec.job.state == DesiredState::Suspended {
+        return Step::None;
+    }
+    if let Some(nonce) = job.spec.job.savepoint_trigger_nonce
+        && info.trigger_nonce != Some(nonce)
+    {
+        return trigger(TriggerType::Manual);
+    }
+    let interval = job
+        .spec
+        .configuration
+        .get(PERIODIC_SAVEPOINT_INTERVAL_KEY)
+        .and_then(|v| floe_manifest::parse_duration(v))
+        .filter(|d| !d.is_zero());
+    if let Some(interval) = interval {
+        let since = info
+            .last_periodic_savepoint_timestamp
+            .or(running.start_time_ms.map(|t| t as i64))
+            .unwrap_or(now_ms);
+        if now_ms.saturating_sub(since) >= interval.as_millis() as i64 {
+            return trigger(TriggerType::Periodic);
+        }
+    }
+    Step::None
+}
+
+fn update(status: &mut JobStatusInfo, f: impl FnOnce(&mut SavepointInfo)) {
+    let mut info = status.savepoint_info.take().unwrap_or_default();
+    f(&mut info);
+    status.savepoint_info = Some(info);
+}
+
+/// A savepoint was triggered: it is the one in flight.
+pub fn triggered(
+    job: &FlinkJob,
+    status: &mut JobStatusInfo,
+    trigger: String,
+    kind: TriggerType,
+    now_ms: i64,
+) {
+    update(status, |info| {
+        info.trigger_id = Some(trigger);
+        info.trigger_timestamp = Some(now_ms);
+        info.trigger_type = Some(kind.name().into());
+        match kind {
+            TriggerType::Manual => info.trigger_nonce = job.spec.job.savepoint_trigger_nonce,
+            TriggerType::Periodic => info.last_periodic_savepoint_timestamp = Some(now_ms),
+            _ => {}
+        }
+    });
+}
+
+/// The savepoint in flight completed at `location`: the last one, in the history; a stop's is
+/// what the next deployment starts from.
+pub fn completed(
+    job: &FlinkJob,
+    status: &mut JobStatusInfo,
+    kind: TriggerType,
+    location: String,
+    now_ms: i64,
+) {
+    let keep = job
+        .spec
+        .configuration
+        .get(SAVEPOINT_HISTORY_MAX_COUNT_KEY)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(10)
+        .max(1);
+    if kind.stops() {
+        status.upgrade_savepoint_path = Some(location.clone());
+    }
+    update(status, |info| {
+        let record = SavepointRecord {
+            time_stamp: now_ms,
+            location,
+            trigger_type: kind.name().into(),
+            trigger_nonce: (kind == TriggerType::Manual)
+                .then_some(info.trigger_nonce)
+                .flatten(),
+        };
+        info.trigger_id = None;
+        info.trigger_timestamp = None;
+        info.trigger_type = None;
+        info.savepoint_history.push(record.clone());
+        let excess = info.savepoint_history.len().saturating_sub(keep);
+        info.savepoint_history.drain(..excess);
+        info.last_savepoint = Some(record);
+    });
+}
+
+/// The savepoint in flight failed (or could not be triggered): none is in flight.
+pub fn failed(status: &mut JobStatusInfo) {
+    update(status, |info| {
+        info.trigger_id = None;
+        info.trigger_timestamp = None;
+        info.trigger_type = None;
+    });
+}

@@ -1,0 +1,76 @@
+//! Savepoints through the JobManager (the REST API's `POST /jobs/{id}/savepoints` and `/stop`):
+//! where a savepoint goes, and its trigger id.
+
+use super::{JobManager, new_id, now_ms};
+use crate::error::{Error, Result};
+use crate::job::{SAVEPOINT_DIR_KEY, SavepointRequest, SavepointStatus};
+
+/// Why a savepoint was refused.
+#[derive(Debug)]
+pub enum SavepointRefused {
+    UnknownJob(String),
+    /// No target directory: none given, no `state.savepoints.dir`, no job storage.
+    NoDirectory(String),
+    /// The job cannot take one now (not running, no checkpoints, one in flight).
+    Conflict(String),
+}
+
+impl JobManager {
+    /// Asks job `job_id` for a savepoint in `target` (else `state.savepoints.dir`, else the job
+    /// storage's `savepoints/`), stopping the job with it if `stop`. Returns the trigger id.
+    pub fn trigger_savepoint(
+        &self,
+        job_id: &str,
+        target: Option<&str>,
+        stop: bool,
+        drain: bool,
+    ) -> std::result::Result<String, SavepointRefused> {
+        let mut state = self.state();
+        let job = state
+            .jobs
+            .get_mut(job_id)
+            .ok_or_else(|| SavepointRefused::UnknownJob(job_id.to_string()))?;
+        let conf = &job.master.args.configuration;
+        let base = match target.map(str::trim).filter(|t| !t.is_empty()) {
+            Some(t) => t.to_string(),
+            None => match (
+                conf.get(SAVEPOINT_DIR_KEY),
+                conf.get(floe_storage::JOB_STORAGE_KEY),
+            ) {
+                (Some(dir), _) => dir.clone(),
+                (None, Some(storage)) => format!("{}/savepoints", storage.trim_end_matches('/')),
+                (None, None) => {
+                    return Err(SavepointRefused::NoDirectory(format!(
+                        "no savepoint directory: give target-directory, or set {SAVEPOINT_DIR_KEY}"
+                    )));
+                }
+            },
+        };
+        let trigger = new_id(now_ms());
+        let random = u64::from_str_radix(&trigger[..12], 16).unwrap_or(0);
+        let directory = format!(
+            "{}/{}",
+            base.trim_end_matches('/'),
+            floe_checkpoint::savepoint::directory_name(job_id, random)
+        );
+        job.master
+            .request_savepoint(SavepointRequest {
+                trigger: trigger.clone(),
+                directory,
+                stop,
+                drain,
+            })
+            .map_err(SavepointRefused::Conflict)?;
+        Ok(trigger)
+    }
+
+    /// What became of savepoint `trigger` of job `job_id`.
+    pub fn savepoint_status(&self, job_id: &str, trigger: &str) -> Result<Option<SavepointStatus>> {
+        let state = self.state();
+        let job = state
+            .jobs
+            .get(job_id)
+            .ok_or_else(|| Error::UnknownJob(job_id.to_string()))?;
+        Ok(job.master.savepoint_status(trigger).cloned())
+    }
+}

@@ -1,0 +1,346 @@
+//! Savepoints (issue 13, part 2): a keyed running sum that checkpoints every 500 ms takes a
+//! savepoint while it runs (`POST /jobs/{id}/savepoints`), then stops with one
+//! (`POST /jobs/{id}/stop`): the job ends FINISHED with every committed update a gapless prefix of
+//! each word's counts. Its whole job storage (checkpoints and operation log) is then deleted and
+//! the job is deployed anew at another parallelism with `spec.job.initialSavepointPath`: the
+//! savepoint alone carries the state, and the output of both deployments together equals the
+//! fault-free output exactly (no update lost, none twice), for both state backends. A
+//! `last-state` upgrade (the first deployment's processes killed, the second at another
+//! parallelism) starts from the first's latest checkpoint, exactly once; and requests a job
+//! cannot serve are answered with what is wrong. (Unclaimed state and a changed max parallelism
+//! are refused by the JobMaster: its unit tests.)
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use common::processes::{Proc, jobmanager, taskmanager, wait_job};
+
+const RECORDS: u64 = 60_000;
+
+/// A `pipeline` FlinkJob: a keyed running sum over generated words.
+fn manifest(
+    dir: &Path,
+    name: &str,
+    output: &Path,
+    parallelism: u32,
+    backend: &str,
+    extra_job: &str,
+    args: &str,
+) -> PathBuf {
+    manifest_at(dir, name, 1, output, parallelism, backend, extra_job, args)
+}
+
+/// [`manifest`] of FlinkJob generation `generation` (a new one is a new deployment).
+#[allow(clippy::too_many_arguments)]
+fn manifest_at(
+    dir: &Path,
+    name: &str,
+    generation: u32,
+    output: &Path,
+    parallelism: u32,
+    backend: &str,
+    extra_job: &str,
+    args: &str,
+) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let storage = format!("file://{}", dir.join("storage").display());
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: savepoints, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\"{args}]\n    parallelism: {parallelism}\n    mode: streaming\n{extra_job}  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"{storage}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
+            output.display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn post(rest: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    common::http_with_body("POST", rest, path, body)
+}
+
+/// Polls savepoint `trigger` until it is no longer in progress; its answer.
+fn await_savepoint(rest: &str, id: &str, trigger: &str) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let (status, answer) = common::http("GET", rest, &format!("/jobs/{id}/savepoints/{trigger}"));
+        assert_eq!(status, 200, "{answer}");
+        if answer["status"]["id"] != "IN_PROGRESS" {
+            return answer;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "savepoint {trigger} still in progress"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Takes a savepoint (`stop`: stops with it) into `target`; its location.
+fn savepoint(rest: &str, id: &str, target: &Path, stop: bool) -> String {
+    let (status, answer) = if stop {
+        post(
+            rest,
+            &format!("/jobs/{id}/stop"),
+            &format!(
+                r#"{{"targetDirectory": "file://{}", "drain": false}}"#,
+                target.display()
+            ),
+        )
+    } else {
+        post(
+            rest,
+            &format!("/jobs/{id}/savepoints"),
+            &format!(r#"{{"target-directory": "file://{}"}}"#, target.display()),
+        )
+    };
+    assert_eq!(status, 202, "{answer}");
+    let trigger = answer["request-id"].as_str().unwrap();
+    let done = await_savepoint(rest, id, trigger);
+    done["operation"]["location"]
+        .as_str()
+        .unwrap_or_else(|| panic!("savepoint failed: {done}"))
+        .to_string()
+}
+
+/// Every word's committed updates are 1, 2, ..., n: nothing lost or doubled before the stop.
+fn assert_gapless_prefix(output: &Path) -> u64 {
+    let mut by_word: HashMap<String, Vec<u64>> = HashMap::new();
+    for (w, c) in common::output_lines(output) {
+        by_word.entry(w).or_default().push(c);
+    }
+    let mut total = 0;
+    for (word, mut counts) in by_word {
+        counts.sort_unstable();
+        let n = counts.len() as u64;
+        assert_eq!(counts, (1..=n).collect::<Vec<_>>(), "{word}: updates not 1..{n}");
+        total += n;
+    }
+    total
+}
+
+fn running(m: &Path, dir: &Path, log: &str) -> (Proc, Proc, String, String) {
+    let (jm, rpc, rest) = jobmanager(m, &dir.join(log));
+    let tm = taskmanager(&rpc, 4);
+    let job = wait_job(&rest, Duration::from_secs(30), |j| {
+        j["state"] == "RUNNING" || j["state"] == "FAILED"
+    });
+    assert_eq!(
+        job["state"],
+        "RUNNING",
+        "{job}\n{}",
+        std::fs::read_to_string(dir.join(log)).unwrap_or_default()
+    );
+    (jm, tm, rest, job["jid"].as_str().unwrap().to_string())
+}
+
+fn wait_checkpoint(rest: &str, id: &str) {
+    wait_checkpoints(rest, id, 1)
+}
+
+/// Until checkpoint `n` (or a later one) completed.
+fn wait_checkpoints(rest: &str, id: &str, n: u64) {
+    let started = Instant::now();
+    loop {
+        let (_, c) = common::http("GET", rest, &format!("/jobs/{id}/checkpoints"));
+        if c["latest"]["completed"]["id"].as_u64().unwrap_or(0) >= n {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no checkpoint completes"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32) -> Result<(), Failed> {
+    let dir = common::scratch(&format!("savepoints-{backend}"));
+    let output = dir.join("out");
+    let savepoints = dir.join("savepoints");
+    let sum = r#", "--aggregate", "sum""#;
+    let first = manifest(&dir, "first", &output, from, backend, "", sum);
+    let (jm, tm, rest, id) = running(&first, &dir, "jm-1.log");
+    wait_checkpoint(&rest, &id);
+    // A savepoint of the running job: it runs on.
+    let taken = savepoint(&rest, &id, &savepoints, false);
+    assert!(
+        Path::new(taken.trim_start_matches("file://"))
+            .join("_metadata")
+            .is_file(),
+        "{taken}"
+    );
+    let (_, job) = common::http("GET", &rest, &format!("/jobs/{id}"));
+    assert_eq!(job["state"], "RUNNING", "a savepoint does not stop the job");
+    std::thread::sleep(Duration::from_secs(1));
+    // Stop with a savepoint: FINISHED, its output a gapless prefix of the counts.
+    let stopped_at = savepoint(&rest, &id, &savepoints, true);
+    assert_ne!(stopped_at, taken);
+    let done = wait_job(&rest, Duration::from_secs(30), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    drop((jm, tm));
+    let before = assert_gapless_prefix(&output);
+    let all: u64 = common::pipeline_reference(42, RECORDS).values().sum();
+    assert!(
+        before > 0 && before < all,
+        "stopped mid-job: {before} of {all} updates committed"
+    );
+    // The savepoint is self-contained: the job storage goes (checkpoints, operation log).
+    std::fs::remove_dir_all(dir.join("storage")).unwrap();
+    let extra = format!("    initialSavepointPath: \"{stopped_at}\"\n");
+    let second = manifest(&dir, "second", &output, to, backend, &extra, sum);
+    let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
+    let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
+    assert_eq!(c["latest"]["restored"]["is_savepoint"], true, "{c}");
+    let done = wait_job(&rest, Duration::from_secs(60), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(
+        done["state"],
+        "FINISHED",
+        "{done}\n{}",
+        std::fs::read_to_string(dir.join("jm-2.log")).unwrap_or_default()
+    );
+    assert!(
+        done["vertices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["parallelism"] == to),
+        "{done}"
+    );
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
+    println!(
+        "{backend}: savepoint while running, stop with savepoint after {before} of {all} updates, \
+         job storage deleted, restored at parallelism {from} -> {to}; output exact"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `upgradeMode: last-state`: the processes of deployment 1 are killed mid-job (as an upgrade's
+/// Recreate would), and deployment 2 (generation 2, another parallelism) starts from deployment
+/// 1's latest checkpoint, found through the operation log: nothing of deployment 1's committed
+/// output is lost or doubled, and the output is exact.
+fn last_state_upgrade_continues_from_the_latest_checkpoint() -> Result<(), Failed> {
+    let dir = common::scratch("savepoints-last-state");
+    let output = dir.join("out");
+    let sum = r#", "--aggregate", "sum""#;
+    let mode = "    upgradeMode: last-state\n";
+    let first = manifest_at(&dir, "first", 1, &output, 2, "hashmap", mode, sum);
+    let (jm, tm, rest, id) = running(&first, &dir, "jm-1.log");
+    wait_checkpoints(&rest, &id, 3);
+    drop((jm, tm));
+    let before = common::output_lines(&output).len();
+    assert!(before > 0, "deployment 1 committed output");
+    let second = manifest_at(&dir, "second", 2, &output, 3, "hashmap", mode, sum);
+    let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
+    let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
+    assert!(c["latest"]["restored"]["id"].as_u64().unwrap_or(0) >= 3, "{c}");
+    let done = wait_job(&rest, Duration::from_secs(60), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(
+        done["state"],
+        "FINISHED",
+        "{done}\n{}",
+        std::fs::read_to_string(dir.join("jm-2.log")).unwrap_or_default()
+    );
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
+    println!(
+        "last-state: deployment 1 killed after {before} committed updates; deployment 2 at parallelism 3 restored {}; output exact",
+        c["latest"]["restored"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// What a job cannot serve is answered with what is wrong.
+fn savepoint_requests_name_the_problem() -> Result<(), Failed> {
+    let dir = common::scratch("savepoints-bad");
+    let output = dir.join("out");
+    let m = manifest(&dir, "job", &output, 2, "hashmap", "", "");
+    let (_jm, _tm, rest, id) = running(&m, &dir, "jm.log");
+    let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "[1]");
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("expected a JSON object"),
+        "{answer}"
+    );
+    let (status, answer) = post(&rest, &format!("/jobs/{id}/stop"), r#"{"drain": "yes"}"#);
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("drain: expected true or false"),
+        "{answer}"
+    );
+    let (status, answer) = post(&rest, "/jobs/nope/savepoints", "{}");
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = common::http("GET", &rest, &format!("/jobs/{id}/savepoints/nope"));
+    assert_eq!(status, 404, "{answer}");
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("no savepoint nope"),
+        "{answer}"
+    );
+    // No directory named: the job storage's savepoints/ (Floe's default for state.savepoints.dir).
+    let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "");
+    assert_eq!(status, 202, "{answer}");
+    let trigger = answer["request-id"].as_str().unwrap().to_string();
+    let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "{}");
+    assert_eq!(status, 409, "one at a time: {answer}");
+    assert!(
+        answer["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("still in progress"),
+        "{answer}"
+    );
+    let done = await_savepoint(&rest, &id, &trigger);
+    let location = done["operation"]["location"].as_str().unwrap();
+    assert!(
+        location.starts_with(&format!(
+            "file://{}/storage/default/savepoints/savepoints/savepoint-",
+            dir.display()
+        )),
+        "{location}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let trials = vec![
+        Trial::test("hashmap_savepoint_stop_and_restore_2_to_3_exactly_once", || {
+            upgrade_through_a_savepoint("hashmap", 2, 3)
+        }),
+        Trial::test("rocksdb_savepoint_stop_and_restore_3_to_2_exactly_once", || {
+            upgrade_through_a_savepoint("rocksdb", 3, 2)
+        }),
+        Trial::test(
+            "last_state_upgrade_continues_from_the_latest_checkpoint",
+            last_state_upgrade_continues_from_the_latest_checkpoint,
+        ),
+        Trial::test(
+            "savepoint_requests_name_the_problem",
+            savepoint_requests_name_the_problem,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit();
+}
