@@ -217,8 +217,11 @@ async fn take_savepoints(
         .get_or_insert_with(Default::default)
         .job_status
         .get_or_insert_with(Default::default);
+    // An upgrade or a suspend in savepoint mode waits for any savepoint in flight, then takes its
+    // own stop savepoint.
+    let stop_wanted = savepoints::stop_wanted(&spec);
     let hold = |kind: savepoints::TriggerType, after: u64| {
-        kind.stops().then(|| Action::requeue(Duration::from_secs(after)))
+        (kind.stops() || stop_wanted).then(|| Action::requeue(Duration::from_secs(after)))
     };
     match step {
         Step::None => None,
@@ -241,13 +244,7 @@ async fn take_savepoints(
                         kind.name()
                     );
                     publish(ctx, &spec, EventType::Warning, "SavepointError", note).await;
-                    if kind == savepoints::TriggerType::Manual {
-                        // Tried once per nonce, as Flink's operator does.
-                        status
-                            .savepoint_info
-                            .get_or_insert_with(Default::default)
-                            .trigger_nonce = spec.spec.job.savepoint_trigger_nonce;
-                    }
+                    savepoints::attempted(&spec, status, kind, now_ms);
                     hold(kind, 15)
                 }
             }
@@ -262,7 +259,8 @@ async fn take_savepoints(
                 let note = format!("{} savepoint of job {job_id} completed: {location}", kind.name());
                 savepoints::completed(&spec, status, kind, location, now_ms);
                 publish(ctx, &spec, EventType::Normal, "SavepointCompleted", note).await;
-                None
+                // A savepoint that let the job run on, while a stop is wanted: the stop is next.
+                (!kind.stops() && stop_wanted).then(|| Action::requeue(Duration::from_secs(1)))
             }
             Ok(SavepointState::Failed { cause }) => {
                 savepoints::failed(status);
@@ -271,6 +269,20 @@ async fn take_savepoints(
                 hold(kind, 15)
             }
         },
+        Step::Expired {
+            job_id,
+            trigger,
+            kind,
+        } => {
+            savepoints::failed(status);
+            let note = format!(
+                "{} savepoint {trigger} of job {job_id} had no answer within {} min: given up",
+                kind.name(),
+                savepoints::TRIGGER_TIMEOUT_MS / 60_000
+            );
+            publish(ctx, &spec, EventType::Warning, "SavepointError", note).await;
+            hold(kind, 15)
+        }
     }
 }
 

@@ -211,8 +211,14 @@ pub fn deployed_generation(job: &FlinkJob) -> Option<i64> {
         return recorded.map(|d| d.generation).or(current);
     }
     let resumed = status.lifecycle_state.as_deref() == Some(crate::status::lifecycle::SUSPENDED);
+    // A stop savepoint waits for its deployment: the job it stopped is not run again, even when
+    // the spec was changed back meanwhile.
+    let stopped = status
+        .job_status
+        .as_ref()
+        .is_some_and(|j| j.upgrade_savepoint_path.is_some());
     match recorded {
-        Some(d) if !resumed && d.spec_hash == spec_hash(job) => Some(d.generation),
+        Some(d) if !resumed && !stopped && d.spec_hash == spec_hash(job) => Some(d.generation),
         _ => current,
     }
 }

@@ -70,6 +70,12 @@ pub enum Step {
         trigger: String,
         kind: TriggerType,
     },
+    /// The savepoint in flight had no answer within [`TRIGGER_TIMEOUT_MS`]: it failed.
+    Expired {
+        job_id: String,
+        trigger: String,
+        kind: TriggerType,
+    },
 }
 
 fn job_status(job: &FlinkJob) -> Option<&JobStatusInfo> {
@@ -95,6 +101,17 @@ pub fn upgrading(job: &FlinkJob) -> bool {
             .is_some_and(|d| Some(d.generation) != resources::deployed_generation(job))
 }
 
+/// Whether the spec asks for a stop with a savepoint: an upgrade or a suspend in savepoint mode.
+pub fn stop_wanted(job: &FlinkJob) -> bool {
+    let suspending = job.spec.job.state == DesiredState::Suspended
+        && job.status.as_ref().and_then(|s| s.lifecycle_state.as_deref()) != Some(lifecycle::SUSPENDED);
+    job.spec.job.upgrade_mode == UpgradeMode::Savepoint && (suspending || upgrading(job))
+}
+
+/// How long the operator waits for a savepoint it triggered before it gives up on it (the
+/// JobManager fails one whose checkpoint does not complete within its 10 min timeout).
+pub const TRIGGER_TIMEOUT_MS: i64 = 15 * 60_000;
+
 /// The savepoint step for `job` after observing `observed` at `now_ms`.
 pub fn next_step(job: &FlinkJob, observed: &Observed, now_ms: i64) -> Step {
     let info = info(job);
@@ -103,6 +120,14 @@ pub fn next_step(job: &FlinkJob, observed: &Observed, now_ms: i64) -> Step {
         info.trigger_type.as_deref().and_then(TriggerType::parse),
     ) && let Some(job_id) = job_status(job).and_then(|j| j.job_id.clone())
     {
+        let age = now_ms.saturating_sub(info.trigger_timestamp.unwrap_or(now_ms));
+        if age > TRIGGER_TIMEOUT_MS {
+            return Step::Expired {
+                job_id,
+                trigger,
+                kind,
+            };
+        }
         return Step::Poll {
             job_id,
             trigger,
@@ -119,15 +144,12 @@ pub fn next_step(job: &FlinkJob, observed: &Observed, now_ms: i64) -> Step {
         job_id: running.id.clone(),
         kind,
     };
-    if job.spec.job.upgrade_mode == UpgradeMode::Savepoint {
-        let suspending = job.spec.job.state == DesiredState::Suspended
-            && job.status.as_ref().and_then(|s| s.lifecycle_state.as_deref()) != Some(lifecycle::SUSPENDED);
-        if suspending {
-            return trigger(TriggerType::Suspend);
-        }
-        if upgrading(job) {
-            return trigger(TriggerType::Upgrade);
-        }
+    if stop_wanted(job) {
+        let kind = match job.spec.job.state {
+            DesiredState::Suspended => TriggerType::Suspend,
+            DesiredState::Running => TriggerType::Upgrade,
+        };
+        return trigger(kind);
     }
     if job.spec.job.state == DesiredState::Suspended {
         return Step::None;
@@ -169,15 +191,21 @@ pub fn triggered(
     kind: TriggerType,
     now_ms: i64,
 ) {
+    attempted(job, status, kind, now_ms);
     update(status, |info| {
         info.trigger_id = Some(trigger);
         info.trigger_timestamp = Some(now_ms);
         info.trigger_type = Some(kind.name().into());
-        match kind {
-            TriggerType::Manual => info.trigger_nonce = job.spec.job.savepoint_trigger_nonce,
-            TriggerType::Periodic => info.last_periodic_savepoint_timestamp = Some(now_ms),
-            _ => {}
-        }
+    });
+}
+
+/// A savepoint was tried, triggered or not: a nonce is acted on once, and the next periodic one
+/// is an interval later (Flink's operator does not retry either).
+pub fn attempted(job: &FlinkJob, status: &mut JobStatusInfo, kind: TriggerType, now_ms: i64) {
+    update(status, |info| match kind {
+        TriggerType::Manual => info.trigger_nonce = job.spec.job.savepoint_trigger_nonce,
+        TriggerType::Periodic => info.last_periodic_savepoint_timestamp = Some(now_ms),
+        TriggerType::Upgrade | TriggerType::Suspend => {}
     });
 }
 

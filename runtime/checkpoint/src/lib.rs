@@ -59,6 +59,10 @@ pub struct CompletedCheckpoint {
     pub triggered_ms: u64,
     pub completed_ms: u64,
     pub tasks: BTreeMap<TaskName, TaskSnapshot>,
+    /// Each vertex's max parallelism (its number of key groups): keyed state restores only into
+    /// the same number, so a restore into another job (a last-state upgrade) checks it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_parallelism: BTreeMap<String, u32>,
 }
 
 impl CompletedCheckpoint {
@@ -215,6 +219,7 @@ impl CheckpointCoordinator {
             triggered_ms: p.triggered_ms,
             completed_ms: now_ms,
             tasks: p.acked,
+            max_parallelism: BTreeMap::new(),
         }))
     }
 

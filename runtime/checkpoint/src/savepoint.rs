@@ -164,8 +164,8 @@ pub async fn load_recovery_point(location: &str, conf: &BTreeMap<String, String>
             savepoint: Savepoint {
                 format: FORMAT.into(),
                 job_name: String::new(),
+                max_parallelism: checkpoint.max_parallelism.clone(),
                 checkpoint,
-                max_parallelism: BTreeMap::new(),
                 drained: false,
             },
             storage: store.url().trim_end_matches('/').to_string(),
@@ -193,6 +193,7 @@ mod tests {
             sink: None,
         };
         CompletedCheckpoint {
+            max_parallelism: BTreeMap::new(),
             job_id: "abcdef0123".into(),
             id: 7,
             triggered_ms: 1,

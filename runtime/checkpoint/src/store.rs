@@ -149,6 +149,7 @@ mod tests {
 
     fn checkpoint(id: u64) -> CompletedCheckpoint {
         CompletedCheckpoint {
+            max_parallelism: BTreeMap::new(),
             job_id: "job1".into(),
             id,
             triggered_ms: id * 1000,

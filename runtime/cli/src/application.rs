@@ -72,6 +72,11 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
         deployment: floe_jobmanager::oplog::Application::deployment(
             manifest.metadata.uid.as_deref(),
             manifest.metadata.generation,
+            manifest
+                .spec
+                .configuration
+                .get(floe_jobmanager::job::RECOVERY_PATH_KEY)
+                .map(String::as_str),
         ),
         // Savepoint mode falls back to the last state when the operator brings no savepoint (the job
         // was not running at the upgrade), as Flink's operator does.

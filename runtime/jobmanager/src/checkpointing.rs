@@ -107,7 +107,7 @@ impl JobManager {
             .jobs
             .values_mut()
             .filter_map(|job| {
-                actions.extend(job.master.check_savepoint());
+                actions.extend(job.master.check_savepoint(now));
                 let t = job.master.trigger_checkpoint(now)?;
                 let store = checkpoint_store(&job.master.args.configuration).ok();
                 Some((job.master.id.clone(), t.id, t.sources, t.stop, store))

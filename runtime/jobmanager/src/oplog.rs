@@ -205,8 +205,15 @@ pub struct Application {
 }
 
 impl Application {
-    pub fn deployment(uid: Option<&str>, generation: Option<i64>) -> String {
-        format!("{}/{}", uid.unwrap_or("-"), generation.unwrap_or(0))
+    /// `{uid}/{generation}`, and `@{savepoint}` when the manifest names the savepoint the
+    /// deployment starts from: a deployment started from another savepoint (the operator stopped
+    /// the job again, say after it lost track of an upgrade) is a new one, whose job runs anew.
+    pub fn deployment(uid: Option<&str>, generation: Option<i64>, savepoint: Option<&str>) -> String {
+        let base = format!("{}/{}", uid.unwrap_or("-"), generation.unwrap_or(0));
+        match savepoint {
+            Some(s) => format!("{base}@{s}"),
+            None => base,
+        }
     }
 }
 
@@ -367,7 +374,7 @@ async fn last_state(previous: &LoggedJob, conf: &BTreeMap<String, String>) -> Re
             .map_err(|e| Error::Config {
                 key: "spec.job.upgradeMode".into(),
                 message: format!(
-                    "last-state: the previous deployment's checkpoints do not read back ({e});                      starting empty would lose its state"
+                    "last-state: the previous deployment's checkpoints do not read back ({e}); starting empty would lose its state"
                 ),
             })?;
         if let Some(c) = latest.checkpoint {

@@ -653,6 +653,27 @@ impl FlinkJobSpec {
         if let Some(storage) = &self.storage {
             validate_storage_url(&storage.url)?;
         }
+        let checkpoints = self.storage.is_some()
+            && self
+                .configuration
+                .contains_key("execution.checkpointing.interval");
+        if matches!(
+            self.job.upgrade_mode,
+            UpgradeMode::Savepoint | UpgradeMode::LastState
+        ) && !checkpoints
+        {
+            let mode = match self.job.upgrade_mode {
+                UpgradeMode::Savepoint => "savepoint",
+                _ => "last-state",
+            };
+            return field_error(
+                "spec.job.upgradeMode",
+                format!(
+                    "{mode} carries the job's state through savepoints and checkpoints: set spec.storage \
+                     and spec.configuration[execution.checkpointing.interval] (a STREAMING job), or use stateless"
+                ),
+            );
+        }
         if let Some(v) = self.configuration.get(PERIODIC_SAVEPOINT_INTERVAL_KEY)
             && parse_duration(v).is_none()
         {
@@ -678,7 +699,7 @@ impl FlinkJobSpec {
             {
                 return field_error(
                     "spec.job.initialSavepointPath",
-                    "a job restores a savepoint's state through its checkpoints: set spec.storage and                      spec.configuration[execution.checkpointing.interval]",
+                    "a job restores a savepoint's state through its checkpoints: set spec.storage and spec.configuration[execution.checkpointing.interval]",
                 );
             }
         }

@@ -420,6 +420,7 @@ mod tests {
         let checkpoints = floe_checkpoint::CheckpointStore::new(objects.clone());
         for (id, snapshot) in [(1, &first), (2, &second)] {
             let metadata = floe_checkpoint::CompletedCheckpoint {
+                max_parallelism: BTreeMap::new(),
                 job_id: "job".into(),
                 id,
                 triggered_ms: 0,

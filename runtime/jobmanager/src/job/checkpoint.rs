@@ -76,9 +76,19 @@ impl JobMaster {
             return None;
         }
         let task = self.graph.task_name(id.vertex);
-        self.checkpoints
+        let completed = self
+            .checkpoints
             .as_mut()?
-            .acknowledge(checkpoint, &task, snapshot, now_ms)
+            .acknowledge(checkpoint, &task, snapshot, now_ms)?;
+        Some(self.with_max_parallelism(completed))
+    }
+
+    /// A completed checkpoint's metadata records each vertex's max parallelism.
+    pub(super) fn with_max_parallelism(&self, checkpoint: CompletedCheckpoint) -> CompletedCheckpoint {
+        CompletedCheckpoint {
+            max_parallelism: self.max_parallelism(),
+            ..checkpoint
+        }
     }
 
     /// Checkpoint `checkpoint` cannot go on (its id could not be claimed).

@@ -328,7 +328,7 @@ pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
         return Err(Error::Config {
             key: super::RECOVERY_PATH_KEY.into(),
             message: format!(
-                "{}: a job restores a savepoint's state through its checkpoints: set                  execution.checkpointing.interval (a STREAMING job with spec.storage)",
+                "{}: a job restores a savepoint's state through its checkpoints: set execution.checkpointing.interval (a STREAMING job with spec.storage)",
                 recovery.path
             ),
         });

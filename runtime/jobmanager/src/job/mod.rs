@@ -747,7 +747,9 @@ impl JobMaster {
                 }
                 let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
                 let mut actions = self.deploy(&next);
-                actions.extend(completed.map(|c| Action::CompleteCheckpoint(Box::new(c))));
+                actions.extend(
+                    completed.map(|c| Action::CompleteCheckpoint(Box::new(self.with_max_parallelism(c)))),
+                );
                 if self.fully_decided()
                     && self
                         .graph
@@ -1084,6 +1086,9 @@ impl JobMaster {
     /// A user's cancel (PATCH /jobs/{id}).
     pub fn cancel(&mut self) -> Result<Vec<Action>> {
         self.status = self.status.transition(JobStatus::Cancelling)?;
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.abort(None, "the job was cancelled");
+        }
         let mut actions = self.cancel_all();
         actions.extend(self.maybe_terminal());
         Ok(actions)

@@ -47,6 +47,9 @@ pub struct SavepointRequest {
     /// at the end of their input today (no event time yet), so a drained stop and a plain one
     /// commit the same output; the savepoint records it.
     pub drain: bool,
+    /// When it was asked for (ms since the epoch): one whose checkpoint never starts fails after
+    /// `execution.checkpointing.timeout`.
+    pub requested_ms: u64,
 }
 
 /// A job's savepoints: the one in flight and what became of each asked for.
@@ -189,7 +192,8 @@ impl JobMaster {
             .filter(|e| e.consumed.is_empty())
             .map(|e| e.id)
             .collect();
-        let stopped = sources.iter().all(|&s| {
+        // Some source may have reached the end of its input before; any that stopped must run on.
+        let stopped = sources.iter().any(|&s| {
             self.graph
                 .execution_vertex(s)
                 .is_ok_and(|e| e.current.state == ExecutionState::Running)
@@ -211,15 +215,31 @@ impl JobMaster {
         }
     }
 
-    /// A savepoint whose checkpoint was aborted fails (the driver looks every tick).
-    pub fn check_savepoint(&mut self) -> Vec<Action> {
-        let Some(why) = self.checkpoints.as_mut().and_then(|c| c.savepoint_aborted.take()) else {
+    /// A savepoint fails when its checkpoint was aborted, when the job stops running before it
+    /// is taken, or when its checkpoint does not start within `execution.checkpointing.timeout`
+    /// (a source finished before any checkpoint covered it, say). The driver looks every tick.
+    pub fn check_savepoint(&mut self, now_ms: u64) -> Vec<Action> {
+        let Some(request) = self.savepoints.pending.clone() else {
             return Vec::new();
         };
-        let Some(trigger) = self.savepoints.pending.as_ref().map(|p| p.trigger.clone()) else {
+        let Some(c) = self.checkpoints.as_mut() else {
             return Vec::new();
         };
-        self.savepoint_failed(&trigger, format!("its checkpoint was aborted: {why}"))
+        let why = if let Some(why) = c.savepoint_aborted.take() {
+            format!("its checkpoint was aborted: {why}")
+        } else if self.status != JobStatus::Running {
+            format!("the job is {}", self.status.name())
+        } else if c.savepoint_checkpoint.is_none()
+            && now_ms.saturating_sub(request.requested_ms) > c.config.timeout.as_millis() as u64
+        {
+            format!(
+                "its checkpoint did not start within {:?} (execution.checkpointing.timeout): not every task runs",
+                c.config.timeout
+            )
+        } else {
+            return Vec::new();
+        };
+        self.savepoint_failed(&request.trigger, why)
     }
 
     /// The job starts from `savepoint`, read from `directory`. Refused when it holds state of an
@@ -300,6 +320,7 @@ mod tests {
             directory: format!("memory://savepoints/{trigger}"),
             stop,
             drain: false,
+            requested_ms: 10_000,
         }
     }
 
@@ -370,7 +391,7 @@ mod tests {
         let id = job.trigger_checkpoint(10_000).expect("due").id;
         let attempt = job.attempt_id(ExecutionVertexId::new(2, 0));
         job.decline_checkpoint(&attempt, id, "disk full");
-        let actions = job.check_savepoint();
+        let actions = job.check_savepoint(10_001);
         assert!(
             actions.iter().any(|a| matches!(a, Action::RestartAfter { .. })),
             "its sources stopped reading: they run again from the latest checkpoint: {actions:?}"
@@ -379,7 +400,7 @@ mod tests {
             panic!("failed: {:?}", job.savepoint_status("t1"))
         };
         assert!(cause.contains("reduce#0 declined: disk full"), "{cause}");
-        assert!(job.check_savepoint().is_empty(), "reported once");
+        assert!(job.check_savepoint(10_002).is_empty(), "reported once");
         // A plain savepoint that fails leaves the job running.
         let mut job = running_job();
         job.request_savepoint(request("t2", false)).unwrap();
@@ -396,6 +417,38 @@ mod tests {
             Some(SavepointStatus::Failed { .. })
         ));
         assert!(job.trigger_checkpoint(20_000).is_some(), "checkpoints go on");
+    }
+
+    #[test]
+    fn a_savepoint_fails_when_the_job_stops_running_or_its_checkpoint_never_starts() {
+        let mut job = running_job();
+        job.request_savepoint(request("t1", false)).unwrap();
+        job.cancel().unwrap();
+        assert!(job.check_savepoint(10_001).is_empty());
+        let Some(SavepointStatus::Failed { cause }) = job.savepoint_status("t1") else {
+            panic!("{:?}", job.savepoint_status("t1"))
+        };
+        assert!(cause.contains("the job is CANCELED"), "{cause}");
+        // Started, but a task never runs: no checkpoint can start.
+        let mut job = checkpointing_job();
+        job.start(&slots()).unwrap();
+        job.status = JobStatus::Running;
+        job.request_savepoint(request("t2", false)).unwrap();
+        assert_eq!(job.trigger_checkpoint(10_001), None);
+        assert!(job.check_savepoint(10_000 + 600_000).is_empty());
+        assert_eq!(
+            job.savepoint_status("t2"),
+            Some(&SavepointStatus::InProgress),
+            "not yet"
+        );
+        job.check_savepoint(10_000 + 600_001);
+        let Some(SavepointStatus::Failed { cause }) = job.savepoint_status("t2") else {
+            panic!("{:?}", job.savepoint_status("t2"))
+        };
+        assert!(
+            cause.contains("did not start within") && cause.contains("execution.checkpointing.timeout"),
+            "{cause}"
+        );
     }
 
     #[test]
@@ -420,6 +473,7 @@ mod tests {
             format: "floe-savepoint-v1".into(),
             job_name: "seed".into(),
             checkpoint: CompletedCheckpoint {
+                max_parallelism: BTreeMap::new(),
                 job_id: "old".into(),
                 id: 9,
                 triggered_ms: 0,

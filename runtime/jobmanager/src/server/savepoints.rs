@@ -59,6 +59,7 @@ impl JobManager {
                 directory,
                 stop,
                 drain,
+                requested_ms: now_ms(),
             })
             .map_err(SavepointRefused::Conflict)?;
         Ok(trigger)
