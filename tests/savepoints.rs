@@ -263,6 +263,134 @@ fn last_state_upgrade_continues_from_the_latest_checkpoint() -> Result<(), Faile
     Ok(())
 }
 
+/// A FlinkJob as the operator sees it: uid, generation, and the status it wrote last.
+fn flinkjob(
+    dir: &Path,
+    generation: u32,
+    parallelism: u32,
+    mode: &str,
+    status: Option<&serde_json::Value>,
+) -> String {
+    let status = status.map(|s| format!("status: {s}\n")).unwrap_or_default();
+    format!(
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: upgrades, namespace: jobs, uid: u-1, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n    upgradeMode: {mode}\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n{status}",
+        dir.join("out").display(),
+        dir.join("storage").display(),
+    )
+}
+
+/// `floe-operator render -f` of `flinkjob` with `flag` (`--manifest`, `--status`).
+fn render(dir: &Path, name: &str, flinkjob: &str, flag: &str) -> String {
+    let path = dir.join(format!("{name}-flinkjob.yaml"));
+    std::fs::write(&path, flinkjob).unwrap();
+    let out = std::process::Command::new(common::images::operator_binary())
+        .args(["render", "-f"])
+        .arg(&path)
+        .arg(flag)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The JobManager's manifest the operator renders for `flinkjob` (written to `{name}.yaml`), and
+/// the savepoint it names.
+fn operator_manifest(dir: &Path, name: &str, flinkjob: &str) -> (PathBuf, Option<String>) {
+    let text = render(dir, name, flinkjob, "--manifest");
+    let parsed = floe_manifest::FlinkJob::from_yaml(&text).unwrap();
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, &text).unwrap();
+    (
+        path,
+        parsed
+            .spec
+            .configuration
+            .get("execution.state-recovery.path")
+            .cloned(),
+    )
+}
+
+/// Issue 13 part 2, through the operator's own objects: the JobManagers run the manifests
+/// `floe-operator render` makes for each FlinkJob generation, as its ConfigMap would carry them.
+/// Generation 1 (savepoint mode, parallelism 2) stops with a savepoint as the operator does
+/// before an upgrade; generation 2 (parallelism 3) starts from it, named in its manifest;
+/// generation 3 (last-state, parallelism 2) is deployed while generation 2 runs (its processes
+/// killed) and starts from generation 2's latest checkpoint. The counts continue exactly.
+fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
+    let dir = common::scratch("savepoints-operator");
+    let output = dir.join("out");
+    let first = flinkjob(&dir, 1, 2, "savepoint", None);
+    let (m1, from) = operator_manifest(&dir, "gen-1", &first);
+    assert_eq!(from, None, "a first deployment starts empty");
+    let (jm, tm, rest, id) = running(&m1, &dir, "jm-1.log");
+    wait_checkpoints(&rest, &id, 2);
+    let mut status: serde_json::Value =
+        serde_json::from_str(&render(&dir, "gen-1", &first, "--status")).unwrap();
+    // The upgrade to generation 2: the operator stops the job with a savepoint and records it.
+    let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
+    let done = wait_job(&rest, Duration::from_secs(30), |j| j["state"] != "RUNNING");
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    drop((jm, tm));
+    let stopped_after = assert_gapless_prefix(&output);
+    status["jobStatus"]["upgradeSavepointPath"] = location.clone().into();
+    let second = flinkjob(&dir, 2, 3, "savepoint", Some(&status));
+    let (m2, from) = operator_manifest(&dir, "gen-2", &second);
+    assert_eq!(
+        from.as_deref(),
+        Some(location.as_str()),
+        "the new deployment starts from the savepoint"
+    );
+    let (jm, tm, rest, id) = running(&m2, &dir, "jm-2.log");
+    let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
+    assert_eq!(c["latest"]["restored"]["is_savepoint"], true, "{c}");
+    let restored = c["latest"]["restored"]["id"].as_u64().unwrap();
+    wait_checkpoints(&rest, &id, restored + 3);
+    // A resync of generation 2 keeps naming the savepoint (a restarted JobManager starts the same).
+    let status: serde_json::Value =
+        serde_json::from_str(&render(&dir, "gen-2", &second, "--status")).unwrap();
+    assert_eq!(status["deployed"]["savepoint"], location.as_str(), "{status}");
+    assert_eq!(
+        operator_manifest(
+            &dir,
+            "gen-2-again",
+            &flinkjob(&dir, 2, 3, "savepoint", Some(&status))
+        )
+        .1,
+        Some(location.clone())
+    );
+    // Generation 3 in last-state mode, deployed over the running generation 2 (Recreate kills it).
+    let third = flinkjob(&dir, 3, 2, "last-state", Some(&status));
+    let (m3, from) = operator_manifest(&dir, "gen-3", &third);
+    assert_eq!(
+        from, None,
+        "last-state: the JobManager finds the predecessor's checkpoint"
+    );
+    drop((jm, tm));
+    let killed_after = common::output_lines(&output).len();
+    let (_jm, _tm, rest, id) = running(&m3, &dir, "jm-3.log");
+    let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
+    assert!(
+        c["latest"]["restored"]["id"].as_u64().unwrap_or(0) > restored,
+        "generation 2's own checkpoint: {c}"
+    );
+    let done = wait_job(&rest, Duration::from_secs(60), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(
+        done["state"],
+        "FINISHED",
+        "{done}\n{}",
+        std::fs::read_to_string(dir.join("jm-3.log")).unwrap_or_default()
+    );
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
+    println!(
+        "operator manifests: generation 1 stopped with a savepoint after {stopped_after} updates, generation 2 \
+         at parallelism 3 from it, generation 3 (last-state, parallelism 2) over it after {killed_after}; output exact"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// What a job cannot serve is answered with what is wrong.
 fn savepoint_requests_name_the_problem() -> Result<(), Failed> {
     let dir = common::scratch("savepoints-bad");
@@ -340,6 +468,10 @@ fn main() {
         Trial::test(
             "savepoint_requests_name_the_problem",
             savepoint_requests_name_the_problem,
+        ),
+        Trial::test(
+            "operator_upgrades_continue_the_counts_exactly",
+            operator_upgrades_continue_the_counts_exactly,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();

@@ -1,5 +1,6 @@
-//! `floe-operator`: `crd` prints the CustomResourceDefinition; `run` runs the controller with the
-//! in-cluster service account (or the local kubeconfig), plus a `/healthz` endpoint for probes.
+//! `floe-operator`: `crd` prints the CustomResourceDefinition; `render` prints what a reconcile
+//! would apply for a FlinkJob file; `run` runs the controller with the in-cluster service account
+//! (or the local kubeconfig), plus a `/healthz` endpoint for probes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +25,22 @@ struct Cli {
 enum Command {
     /// Print the FlinkJob CustomResourceDefinition (YAML).
     Crd,
+    /// Print what a reconcile would apply for a FlinkJob file (its `status`, if any, taken as the
+    /// operator's last): every object (YAML), or only the JobManager's manifest or the status.
+    Render {
+        /// The FlinkJob (YAML).
+        #[arg(short = 'f', long)]
+        file: std::path::PathBuf,
+        /// Only the manifest the JobManager reads (the ConfigMap's `flinkjob.yaml`).
+        #[arg(long, conflicts_with = "status")]
+        manifest: bool,
+        /// Only the status the reconcile would write (JSON).
+        #[arg(long)]
+        status: bool,
+        /// Worker image for FlinkJobs without spec.image.
+        #[arg(long, env = "FLOE_DEFAULT_IMAGE", default_value = "floe/worker:0.1.0")]
+        default_image: String,
+    },
     /// Run the controller.
     Run {
         /// Worker image for FlinkJobs without spec.image.
@@ -48,6 +65,29 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Crd => print!("{}", floe_operator::crd::crd_yaml()),
+        Command::Render {
+            file,
+            manifest,
+            status,
+            default_image,
+        } => {
+            use anyhow::Context as _;
+            use floe_operator::render::{What, render_yaml};
+            let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
+            let job =
+                floe_manifest::FlinkJob::from_yaml(&text).with_context(|| format!("{}", file.display()))?;
+            job.validate().with_context(|| format!("{}", file.display()))?;
+            let what = match (manifest, status) {
+                (true, _) => What::Manifest,
+                (_, true) => What::Status,
+                _ => What::Objects,
+            };
+            let defaults = Defaults { image: default_image };
+            print!(
+                "{}",
+                render_yaml(&job, &defaults, k8s_openapi::jiff::Timestamp::now(), what)
+            );
+        }
         Command::Run {
             default_image,
             watch_namespaces,
