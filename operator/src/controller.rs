@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -92,23 +92,106 @@ fn requeue(observed: &Observed) -> Action {
     }
 }
 
-pub async fn reconcile(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = job
+/// The FlinkJob resource, untyped: the controller watches FlinkJobs as [`DynamicObject`]s and
+/// decodes each one in its own reconcile, so an object the API server accepted and the types
+/// refuse is that FlinkJob's `InvalidSpec`, never a watcher error that stops every job.
+pub fn flinkjob_resource() -> ApiResource {
+    ApiResource::erase::<FlinkJob>(&())
+}
+
+/// An object as a FlinkJob, or why it is not one (naming the field).
+pub fn decode(object: &DynamicObject) -> std::result::Result<FlinkJob, String> {
+    let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize::<_, FlinkJob>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path.is_empty() || path == "." {
+            inner
+        } else {
+            format!("{path}: {inner}")
+        }
+    })
+}
+
+pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = object
         .namespace()
-        .ok_or_else(|| Error::NoNamespace(job.name_any()))?;
-    tracing::debug!(job = %job.name_any(), %ns, "reconcile");
-    let api: Api<FlinkJob> = Api::namespaced(ctx.client.clone(), &ns);
-    finalizer(&api, FINALIZER, job, |event| async {
+        .ok_or_else(|| Error::NoNamespace(object.name_any()))?;
+    tracing::debug!(job = %object.name_any(), %ns, "reconcile");
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &flinkjob_resource());
+    finalizer(&api, FINALIZER, object, |event| async {
         match event {
-            Finalizer::Apply(job) => apply(job, ctx.clone()).await,
-            Finalizer::Cleanup(job) => cleanup(job, ctx.clone()).await,
+            Finalizer::Apply(object) => match decode(&object) {
+                Ok(job) => apply(Arc::new(job), ctx.clone()).await,
+                Err(message) => undecodable(&object, &message, &ctx).await,
+            },
+            Finalizer::Cleanup(object) => match decode(&object) {
+                Ok(job) => cleanup(Arc::new(job), ctx.clone()).await,
+                // Nothing to ask its JobManager with; the owned objects go with the FlinkJob.
+                Err(_) => Ok(Action::await_change()),
+            },
         }
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
-pub fn error_policy(job: Arc<FlinkJob>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// A FlinkJob the types refuse (a value the schema let through): `Ready=False`, `InvalidSpec`
+/// with the field and the reason, a Warning event once, and no retry until it changes.
+async fn undecodable(object: &DynamicObject, message: &str, ctx: &Context) -> Result<Action> {
+    let message = format!("spec does not decode: {message}");
+    let known = object.data["status"]["error"].as_str() == Some(message.as_str());
+    if known {
+        return Ok(Action::await_change());
+    }
+    tracing::warn!(job = %object.name_any(), "{message}");
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "InvalidSpec".into(),
+        note: Some(message.clone()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = object.object_ref(&flinkjob_resource());
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        tracing::warn!(job = %object.name_any(), error = %e, "cannot publish event");
+    }
+    let generation = object.metadata.generation;
+    let status = FlinkJobStatus {
+        lifecycle_state: Some(lifecycle::FAILED.into()),
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: status::READY.into(),
+            status: "False".into(),
+            reason: "InvalidSpec".into(),
+            message: message.clone(),
+            observed_generation: generation,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        }],
+        observed_generation: generation,
+        error: Some(message),
+        ..FlinkJobStatus::default()
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &object.namespace().unwrap_or_default(),
+        &flinkjob_resource(),
+    );
+    let patch = serde_json::json!({
+        "apiVersion": floe_manifest::API_VERSION,
+        "kind": floe_manifest::KIND,
+        "status": status,
+    });
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
+    Ok(Action::await_change())
+}
+
+pub fn error_policy(job: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 15s");
     Action::requeue(Duration::from_secs(15))
 }
@@ -428,9 +511,14 @@ pub async fn run(client: Client, namespaces: Vec<String>, ctx: Context) {
             }
         }
         let owned = watcher::Config::default().labels(&format!("app.kubernetes.io/managed-by={MANAGER}"));
-        Controller::new(
-            api::<FlinkJob>(&client, &ns),
+        let flinkjobs: Api<DynamicObject> = match &ns {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &flinkjob_resource()),
+            None => Api::all_with(client.clone(), &flinkjob_resource()),
+        };
+        Controller::new_with(
+            flinkjobs,
             watcher::Config::default().any_semantic(),
+            flinkjob_resource(),
         )
         .owns(api::<Deployment>(&client, &ns), owned.clone())
         .owns(api::<Service>(&client, &ns), owned.clone())

@@ -150,9 +150,15 @@ impl JsonSchema for Parallelism {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         // Structural schemas allow a number-or-string only through this extension.
+        // The API server refuses what the deserializer would (issue 13, part 1, item 4): `0`,
+        // `"4"`, any other string.
         json_schema!({
             "description": "A positive integer, or \"auto\" for adaptive batch parallelism.",
-            "x-kubernetes-int-or-string": true
+            "x-kubernetes-int-or-string": true,
+            "x-kubernetes-validations": [{
+                "rule": "type(self) == int ? (self >= 1 && self <= 4294967295) : self == 'auto'",
+                "message": "expected a positive integer or \"auto\""
+            }]
         })
     }
 }
@@ -174,9 +180,13 @@ impl<'de> Deserialize<'de> for Parallelism {
             N(u64),
             S(String),
         }
-        match Raw::deserialize(d)
+        // `null` (the schema lets a defaulted field be null) is the default, as a missing field.
+        let Some(raw) = Option::<Raw>::deserialize(d)
             .map_err(|_| serde::de::Error::custom("parallelism: expected a positive integer or \"auto\""))?
-        {
+        else {
+            return Ok(Parallelism::default());
+        };
+        match raw {
             Raw::N(n) if n >= 1 && n <= u32::MAX as u64 => Ok(Parallelism::Fixed(n as u32)),
             Raw::S(s) if s == "auto" => Ok(Parallelism::Auto),
             Raw::N(n) => Err(serde::de::Error::custom(format!(
@@ -258,12 +268,15 @@ pub struct Resources {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskManagerSpec {
     /// TaskManagers to run; with the autoscaler and `maxReplicas`, the fewest.
+    #[schemars(range(min = 1, max = 2147483647))]
     pub replicas: u32,
     /// With `job.autoscaler.enabled`, the most TaskManagers the operator may run for the slots the
     /// job wants (it raises the replicas up to here and lowers them back to `replicas`). Unset:
     /// the replicas stay as `replicas` says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub max_replicas: Option<u32>,
+    #[schemars(range(min = 1))]
     pub slots: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
@@ -779,6 +792,21 @@ spec:
 
     fn err(text: &str) -> String {
         FlinkJob::from_yaml(text).unwrap_err().to_string()
+    }
+
+    /// What the schema lets through, the types read the same way: `null` for a defaulted
+    /// parallelism is its default; `0` and `"4"` are refused naming it.
+    #[test]
+    fn a_null_parallelism_is_the_default_and_others_are_refused() {
+        let job = FlinkJob::from_yaml(&GOOD.replace("parallelism: 4", "parallelism: null")).unwrap();
+        assert_eq!(job.spec.job.parallelism, Parallelism::Fixed(1));
+        for bad in ["0", "\"4\""] {
+            let e = err(&GOOD.replace("parallelism: 4", &format!("parallelism: {bad}")));
+            assert!(
+                e.contains("parallelism: expected a positive integer or \"auto\""),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]
