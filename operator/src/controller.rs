@@ -433,6 +433,7 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     // The objects are built against the status being written: the deployed generation and the
     // savepoint the deployment starts from.
     let mut deploying = job.clone();
+    deploying.spec = status::spec_to_deploy(job, &status);
     deploying.status = Some(status.clone());
     let desired = resources::desired_with(&deploying, &ctx.defaults, taskmanagers);
     apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
@@ -465,6 +466,15 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
             ),
         )
         .await;
+    }
+    let rolled_back = |s: Option<&FlinkJobStatus>| s.and_then(|s| s.rolled_back_generation).is_some();
+    if rolled_back(Some(&status)) && !rolled_back(job.status.as_ref()) {
+        let message = status
+            .conditions
+            .first()
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        publish(&ctx, job, EventType::Warning, "Rollback", message).await;
     }
     if let Some(change) = status::state_change(job.status.as_ref(), &status) {
         let type_ = match &observed {

@@ -15,6 +15,7 @@ pub fn render(job: &FlinkJob, defaults: &Defaults, now: Timestamp) -> (FlinkJobS
     let observed = Observed::Unreachable("not asked: rendered without a cluster".into());
     let status = status::compute(job, &observed, now);
     let mut deploying = job.clone();
+    deploying.spec = status::spec_to_deploy(job, &status);
     deploying.status = Some(status.clone());
     let taskmanagers = status::taskmanager_replicas(job, &observed);
     (

@@ -5,7 +5,6 @@
 //! pin the output.
 
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 
 use floe_manifest::{DesiredState, FlinkJob, Resources};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
@@ -223,23 +222,9 @@ pub fn deployed_generation(job: &FlinkJob) -> Option<i64> {
     }
 }
 
-/// FNV-1a of the manifest: stable across processes and Rust versions, unlike `DefaultHasher`.
+/// The manifest's hash (stable across processes and Rust versions).
 fn config_hash(text: &str) -> String {
-    #[derive(Default)]
-    struct Fnv(u64);
-    impl Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for b in bytes {
-                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100000001b3);
-            }
-        }
-    }
-    let mut h = Fnv(0xcbf29ce484222325);
-    text.hash(&mut h);
-    format!("{:016x}", h.finish())
+    floe_manifest::stable_hash(text)
 }
 
 pub fn config_map(job: &FlinkJob) -> ConfigMap {

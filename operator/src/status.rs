@@ -24,6 +24,7 @@ pub mod lifecycle {
     pub const STABLE: &str = "STABLE";
     pub const SUSPENDED: &str = "SUSPENDED";
     pub const FAILED: &str = "FAILED";
+    pub const ROLLED_BACK: &str = "ROLLED_BACK";
 }
 
 /// What the operator saw of the job's JobManager.
@@ -233,6 +234,30 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
             last_decision_time: newest.max(before.last_decision_time),
         }
     });
+    let now_ms = now.as_millisecond();
+    let deployed_time = match (new_deployment, recorded) {
+        (false, Some(d)) => d.time.or(Some(now_ms)),
+        _ => Some(now_ms),
+    };
+    // The job of this deployment runs (not the one before it, still up until Recreate stops it).
+    let runs = matches!(observed, Observed::Job(j) if j.state == "RUNNING"
+        && j.start_time_ms.is_some_and(|t| t as i64 >= deployed_time.unwrap_or(0)));
+    let rollback = rollback(job, &previous, generation_now, deployed_time, runs, now_ms);
+    let (lifecycle, ready) = match &rollback {
+        Rollback::RolledBack { message, .. } => (
+            lifecycle::ROLLED_BACK,
+            condition(false, "RolledBack", message.clone(), generation),
+        ),
+        _ => (lifecycle, ready),
+    };
+    let last_stable_spec = match (&rollback, runs && !new_deployment) {
+        (Rollback::None, true) => Some(floe_manifest::StableSpec {
+            generation: generation_now,
+            spec: serde_json::to_string(&job.spec).unwrap_or_default(),
+            savepoint: deployed_savepoint.clone(),
+        }),
+        _ => previous.last_stable_spec.clone(),
+    };
     let mut conditions = vec![keep_transition_time(&previous.conditions, ready, now)];
     let running = !matches!(observed, Observed::InvalidSpec(_) | Observed::Suspended { .. });
     if let Some(message) = insufficient_slots(job).filter(|_| running) {
@@ -252,8 +277,93 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
             generation: generation_now,
             spec_hash: resources::spec_hash(job),
             savepoint: deployed_savepoint,
+            time: deployed_time,
         }),
+        last_stable_spec,
+        rolled_back_generation: match rollback {
+            Rollback::RolledBack { generation, .. } => Some(generation),
+            Rollback::None => None,
+        },
     }
+}
+
+/// Whether the deployed generation runs as the last stable spec instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Rollback {
+    None,
+    RolledBack { generation: i64, message: String },
+}
+
+/// Flink's rollback (`kubernetes.operator.deployment.rollback.enabled`): a deployment that is not
+/// the last stable one and whose job does not run `kubernetes.operator.deployment.readiness.timeout`
+/// (5 min) after it was applied is rolled back to `lastStableSpec`, which then runs until the spec
+/// changes again.
+fn rollback(
+    job: &FlinkJob,
+    previous: &FlinkJobStatus,
+    generation_now: i64,
+    deployed_time: Option<i64>,
+    runs: bool,
+    now_ms: i64,
+) -> Rollback {
+    let Some(stable) = previous.last_stable_spec.as_ref() else {
+        return Rollback::None;
+    };
+    let timeout = job
+        .spec
+        .configuration
+        .get(floe_manifest::READINESS_TIMEOUT_KEY)
+        .and_then(|v| floe_manifest::parse_duration(v))
+        .unwrap_or(std::time::Duration::from_secs(300));
+    let message = |generation| {
+        format!(
+            "the job of generation {generation} did not run within {}s of its deployment ({}): rolled back \
+             to generation {} (lastStableSpec), its savepoint {}",
+            timeout.as_secs(),
+            floe_manifest::READINESS_TIMEOUT_KEY,
+            stable.generation,
+            previous
+                .deployed
+                .as_ref()
+                .and_then(|d| d.savepoint.as_deref())
+                .unwrap_or("(none: the last state)")
+        )
+    };
+    if previous.rolled_back_generation == Some(generation_now) {
+        return Rollback::RolledBack {
+            generation: generation_now,
+            message: message(generation_now),
+        };
+    }
+    let enabled = job
+        .spec
+        .configuration
+        .get(floe_manifest::ROLLBACK_ENABLED_KEY)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let waited = now_ms.saturating_sub(deployed_time.unwrap_or(now_ms));
+    if !enabled
+        || runs
+        || stable.generation == generation_now
+        || job.spec.job.state == DesiredState::Suspended
+        || waited < timeout.as_millis() as i64
+    {
+        return Rollback::None;
+    }
+    Rollback::RolledBack {
+        generation: generation_now,
+        message: message(generation_now),
+    }
+}
+
+/// The spec to deploy: the last stable one while the deployed generation is rolled back (see
+/// [`compute`]), else the FlinkJob's.
+pub fn spec_to_deploy(job: &FlinkJob, status: &FlinkJobStatus) -> floe_manifest::FlinkJobSpec {
+    let stable = status
+        .last_stable_spec
+        .as_ref()
+        .filter(|_| status.rolled_back_generation.is_some())
+        .and_then(|s| serde_json::from_str(&s.spec).ok());
+    stable.unwrap_or_else(|| job.spec.clone())
 }
 
 /// The TaskManagers to run: `spec.taskManager.replicas`; with the autoscaler and `maxReplicas`,

@@ -67,17 +67,22 @@ pub async fn serve(jm: JobManager, manifest: Option<FlinkJob>) -> anyhow::Result
         epochs = ?replayed.epochs,
         "leading the job's operation log"
     );
+    let job = job_args(&manifest);
+    // What defines the job is part of the deployment's identity: a rollback to the last stable
+    // spec (same generation, another spec) is a deployment of its own. A scale changes none of it.
+    let definition = serde_json::to_string(&(&job.name, &job.args, &job.configuration)).unwrap_or_default();
+    let deployment = floe_jobmanager::oplog::Application::deployment(
+        manifest.metadata.uid.as_deref(),
+        manifest.metadata.generation,
+        manifest
+            .spec
+            .configuration
+            .get(floe_jobmanager::job::RECOVERY_PATH_KEY)
+            .map(String::as_str),
+    );
     let application = floe_jobmanager::oplog::Application {
-        job: job_args(&manifest),
-        deployment: floe_jobmanager::oplog::Application::deployment(
-            manifest.metadata.uid.as_deref(),
-            manifest.metadata.generation,
-            manifest
-                .spec
-                .configuration
-                .get(floe_jobmanager::job::RECOVERY_PATH_KEY)
-                .map(String::as_str),
-        ),
+        job,
+        deployment: format!("{deployment}#{}", floe_manifest::stable_hash(&definition)),
         // Savepoint mode falls back to the last state when the operator brings no savepoint (the job
         // was not running at the upgrade), as Flink's operator does.
         last_state: matches!(

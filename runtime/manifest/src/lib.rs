@@ -331,6 +331,13 @@ pub struct FlinkJobStatus {
     /// this, so a restarted JobManager resumes the job instead of running it anew.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed: Option<DeployedSpec>,
+    /// The last spec whose job ran: what a rollback deploys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_stable_spec: Option<StableSpec>,
+    /// The generation whose upgrade was rolled back to `lastStableSpec`: the stable spec runs
+    /// until the spec changes again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back_generation: Option<i64>,
 }
 
 /// The FlinkJob generation a job was deployed at, and the hash of what defines the job then.
@@ -341,6 +348,23 @@ pub struct DeployedSpec {
     pub spec_hash: String,
     /// The savepoint this deployment's job started from (a `savepoint`-mode upgrade's or resume's):
     /// its JobManager's manifest names it, so a restarted JobManager starts from the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub savepoint: Option<String>,
+    /// When this deployment was first applied (ms since the epoch): the readiness timeout of a
+    /// rollback counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<i64>,
+}
+
+/// The last spec whose job ran (Flink Kubernetes Operator's `lastStableSpec`): what a rollback
+/// deploys.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StableSpec {
+    pub generation: i64,
+    /// The spec, as JSON.
+    pub spec: String,
+    /// The savepoint that deployment started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savepoint: Option<String>,
 }
@@ -582,6 +606,32 @@ fn validate_url(field: &str, url: &str) -> Result<()> {
 }
 
 pub use floe_scheduler::parse_duration;
+
+/// FNV-1a of `text` as 16 hex digits: stable across processes and Rust versions, unlike
+/// `DefaultHasher` (the operator's spec hash, the JobManager's deployment identity).
+pub fn stable_hash(text: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100000001b3);
+            }
+        }
+    }
+    let mut h = Fnv(0xcbf29ce484222325);
+    text.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Rolls an upgrade that does not become stable back to the last stable spec (Flink Kubernetes
+/// Operator's key; default false).
+pub const ROLLBACK_ENABLED_KEY: &str = "kubernetes.operator.deployment.rollback.enabled";
+/// How long an upgraded deployment has to run its job before it is rolled back (default 5 min).
+pub const READINESS_TIMEOUT_KEY: &str = "kubernetes.operator.deployment.readiness.timeout";
 
 /// How often the operator takes a savepoint of a running job (Flink Kubernetes Operator's key;
 /// unset or 0: never).
