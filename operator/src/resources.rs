@@ -186,6 +186,8 @@ fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
     job.metadata.uid = None;
     job.status = None;
+    // A savepoint asked for is no upgrade (a restart nonce is: it stays in).
+    job.spec.job.savepoint_trigger_nonce = None;
     job.spec.task_manager.replicas = 1;
     job.spec.task_manager.max_replicas = None;
     job.spec.job.state = DesiredState::Running;
@@ -831,6 +833,12 @@ mod tests {
             hash(&scaled),
             "scaling must not restart the JobManager"
         );
+        let mut savepoint = job.clone();
+        savepoint.spec.job.savepoint_trigger_nonce = Some(7);
+        assert_eq!(hash(&job), hash(&savepoint), "a savepoint nonce is no upgrade");
+        let mut restart = job.clone();
+        restart.spec.job.restart_nonce = Some(1);
+        assert_ne!(hash(&job), hash(&restart), "a restart nonce is a new deployment");
     }
 
     #[test]

@@ -121,9 +121,13 @@ pub struct JobSpec {
     /// `execution.state-recovery.ignore-unclaimed-state`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_non_restored_state: Option<bool>,
-    /// Change it to take a savepoint of the running job now (the job runs on).
+    /// Change it to take a savepoint of the running job now (the job runs on: no upgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savepoint_trigger_nonce: Option<i64>,
+    /// Change it to restart the job: a new deployment of the same spec, carried through as the
+    /// upgrade mode says (Flink Kubernetes Operator's `restartNonce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_nonce: Option<i64>,
 }
 
 /// A fixed parallelism, or `auto` (adaptive batch parallelism).
