@@ -369,6 +369,36 @@ async fn take_savepoints(
     }
 }
 
+/// The four objects of a job, applied in order (the first refusal stops it).
+async fn apply_objects(client: &Client, ns: &str, desired: &resources::Desired) -> Result<()> {
+    apply_object::<ConfigMap>(client, ns, &desired.config_map).await?;
+    apply_object::<Service>(client, ns, &desired.jobmanager_service).await?;
+    apply_object::<Deployment>(client, ns, &desired.jobmanager).await?;
+    apply_object::<Deployment>(client, ns, &desired.taskmanager).await
+}
+
+/// Why the job's pods do not run, if its Deployments or pods say (errors reading them are none).
+async fn workload_problem(ctx: &Context, ns: &str, job: &FlinkJob) -> Option<crate::workloads::Problem> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let mut found = Vec::new();
+    for component in [
+        resources::Component::JobManager,
+        resources::Component::TaskManager,
+    ] {
+        if let Ok(Some(d)) = deployments.get_opt(&resources::object_name(job, component)).await {
+            found.push(d);
+        }
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = format!("{}={}", resources::JOB_LABEL, job.name());
+    let pods = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    crate::workloads::problem(&found, &pods)
+}
+
 /// Makes the cluster match the FlinkJob, then reports what the JobManager says.
 pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     let ns = job
@@ -429,17 +459,40 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         (None, None) => observe(&ctx, &url).await,
     };
     let taskmanagers = status::taskmanager_replicas(job, &observed);
-    let status = status::compute(job, &observed, now);
-    // The objects are built against the status being written: the deployed generation and the
-    // savepoint the deployment starts from.
+    // Built against the status being written (the deployed generation and the savepoint the
+    // deployment starts from): computed for what the JobManager said, then again if the pods say
+    // more.
+    let planned = status::compute(job, &observed, now);
     let mut deploying = job.clone();
-    deploying.spec = status::spec_to_deploy(job, &status);
-    deploying.status = Some(status.clone());
+    deploying.spec = status::spec_to_deploy(job, &planned);
+    deploying.status = Some(planned.clone());
     let desired = resources::desired_with(&deploying, &ctx.defaults, taskmanagers);
-    apply_object::<ConfigMap>(&ctx.client, &ns, &desired.config_map).await?;
-    apply_object::<Service>(&ctx.client, &ns, &desired.jobmanager_service).await?;
-    apply_object::<Deployment>(&ctx.client, &ns, &desired.jobmanager).await?;
-    apply_object::<Deployment>(&ctx.client, &ns, &desired.taskmanager).await?;
+    if let Err(e) = apply_objects(&ctx.client, &ns, &desired).await {
+        let message = format!("cannot apply the job's objects: {e}");
+        if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(message.as_str()) {
+            publish(&ctx, job, EventType::Warning, "ApplyFailed", message.clone()).await;
+        }
+        let status = status::compute(job, &Observed::ApplyFailed(message), now);
+        write_status(&ctx, &original, &status).await?;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    // A JobManager that does not answer: its pods may say why.
+    let observed = match observed {
+        Observed::Unreachable(_) | Observed::NoJob => match workload_problem(&ctx, &ns, job).await {
+            Some(p) => {
+                if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(p.message.as_str()) {
+                    publish(&ctx, job, EventType::Warning, &p.reason, p.message.clone()).await;
+                }
+                Observed::PodsFailing {
+                    reason: p.reason,
+                    message: p.message,
+                }
+            }
+            None => observed,
+        },
+        other => other,
+    };
+    let status = status::compute(job, &observed, now);
     for decision in status::new_autoscaler_decisions(job, &observed) {
         publish(
             &ctx,

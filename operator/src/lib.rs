@@ -13,6 +13,7 @@ pub mod render;
 pub mod resources;
 pub mod savepoints;
 pub mod status;
+pub mod workloads;
 
 #[cfg(test)]
 mod fixtures;

@@ -15,6 +15,7 @@ pub struct Rule {
 /// - ConfigMaps, Services and Deployments are applied (server-side apply creates them, hence `create`)
 ///   and watched as owned objects; deletion is left to the garbage collector (owner references).
 /// - Events go through events.k8s.io (kube's `Recorder`), which creates and then patches a series.
+/// - Pods are read (never changed) to tell why a job's pods do not run.
 pub const RULES: &[Rule] = &[
     Rule {
         api_group: "floe.dev",
@@ -30,6 +31,11 @@ pub const RULES: &[Rule] = &[
         api_group: "",
         resources: &["configmaps", "services"],
         verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    Rule {
+        api_group: "",
+        resources: &["pods"],
+        verbs: &["get", "list"],
     },
     Rule {
         api_group: "apps",

@@ -38,6 +38,14 @@ pub enum Observed {
     },
     /// The JobManager did not answer (it may be starting).
     Unreachable(String),
+    /// The job's pods do not run (an image that cannot be pulled, a crash loop, a quota): the
+    /// reason and what happened (`workloads::problem`).
+    PodsFailing {
+        reason: String,
+        message: String,
+    },
+    /// The objects could not be applied (an admission webhook, a quota on objects, RBAC).
+    ApplyFailed(String),
     /// The JobManager answers but has no job yet.
     NoJob,
     Job(JobOverview),
@@ -156,6 +164,18 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
             lifecycle::DEPLOYED,
             condition(false, "JobManagerUnreachable", message.clone(), generation),
             None,
+        ),
+        Observed::PodsFailing { reason, message } => (
+            Some(info("RECONCILING")),
+            lifecycle::DEPLOYED,
+            condition(false, reason, message.clone(), generation),
+            Some(message.clone()),
+        ),
+        Observed::ApplyFailed(message) => (
+            previous.job_status.clone().or_else(|| Some(info("RECONCILING"))),
+            lifecycle::DEPLOYED,
+            condition(false, "ApplyFailed", message.clone(), generation),
+            Some(message.clone()),
         ),
         Observed::NoJob => (
             Some(info("RECONCILING")),
