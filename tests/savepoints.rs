@@ -140,6 +140,20 @@ fn running(m: &Path, dir: &Path, log: &str) -> (Proc, Proc, String, String) {
     (jm, tm, rest, job["jid"].as_str().unwrap().to_string())
 }
 
+/// The job once it ended, which must be FINISHED (else the JobManager's log is shown).
+fn finished(rest: &str, log: &Path) -> serde_json::Value {
+    let done = wait_job(rest, Duration::from_secs(60), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(
+        done["state"],
+        "FINISHED",
+        "{done}\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    done
+}
+
 fn wait_checkpoint(rest: &str, id: &str) {
     wait_checkpoints(rest, id, 1)
 }
@@ -200,15 +214,7 @@ fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32) -> Result<(), 
     let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
     let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
     assert_eq!(c["latest"]["restored"]["is_savepoint"], true, "{c}");
-    let done = wait_job(&rest, Duration::from_secs(60), |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
-    });
-    assert_eq!(
-        done["state"],
-        "FINISHED",
-        "{done}\n{}",
-        std::fs::read_to_string(dir.join("jm-2.log")).unwrap_or_default()
-    );
+    let done = finished(&rest, &dir.join("jm-2.log"));
     assert!(
         done["vertices"]
             .as_array()
@@ -245,15 +251,7 @@ fn last_state_upgrade_continues_from_the_latest_checkpoint() -> Result<(), Faile
     let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
     let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
     assert!(c["latest"]["restored"]["id"].as_u64().unwrap_or(0) >= 3, "{c}");
-    let done = wait_job(&rest, Duration::from_secs(60), |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
-    });
-    assert_eq!(
-        done["state"],
-        "FINISHED",
-        "{done}\n{}",
-        std::fs::read_to_string(dir.join("jm-2.log")).unwrap_or_default()
-    );
+    finished(&rest, &dir.join("jm-2.log"));
     common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
     println!(
         "last-state: deployment 1 killed after {before} committed updates; deployment 2 at parallelism 3 restored {}; output exact",
@@ -373,15 +371,7 @@ fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
         c["latest"]["restored"]["id"].as_u64().unwrap_or(0) > restored,
         "generation 2's own checkpoint: {c}"
     );
-    let done = wait_job(&rest, Duration::from_secs(60), |j| {
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
-    });
-    assert_eq!(
-        done["state"],
-        "FINISHED",
-        "{done}\n{}",
-        std::fs::read_to_string(dir.join("jm-3.log")).unwrap_or_default()
-    );
+    finished(&rest, &dir.join("jm-3.log"));
     common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
     println!(
         "operator manifests: generation 1 stopped with a savepoint after {stopped_after} updates, generation 2 \

@@ -31,6 +31,24 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Opens the sealed metadata `bytes` read from `url` (a checkpoint's or a savepoint's) as a `T`;
+/// damage and a body that is not `what` are [`Error::CorruptMetadata`] naming the object.
+pub(crate) fn open_metadata<T: serde::de::DeserializeOwned>(
+    url: &str,
+    bytes: &bytes::Bytes,
+    what: &str,
+) -> Result<T> {
+    let corrupt = |reason: String| Error::CorruptMetadata {
+        url: url.to_string(),
+        reason,
+    };
+    let payload = floe_storage::envelope::open(url, bytes).map_err(|e| match e {
+        floe_storage::Error::Corrupt { reason, .. } => corrupt(reason),
+        other => Error::Storage(other),
+    })?;
+    serde_json::from_slice(&payload).map_err(|e| corrupt(format!("not {what}: {e}")))
+}
+
 /// A task of the job, as the coordinator names it (`vertex#subtask`).
 pub type TaskName = String;
 

@@ -116,16 +116,11 @@ pub async fn load(directory: &ObjectStore) -> Result<Savepoint> {
         }
         Err(e) => return Err(e.into()),
     };
+    let savepoint: Savepoint = crate::open_metadata(&url, &bytes, "savepoint metadata")?;
     let corrupt = |reason: String| Error::CorruptMetadata {
         url: url.clone(),
         reason,
     };
-    let payload = envelope::open(&url, &bytes).map_err(|e| match e {
-        floe_storage::Error::Corrupt { reason, .. } => corrupt(reason),
-        other => Error::Storage(other),
-    })?;
-    let savepoint: Savepoint =
-        serde_json::from_slice(&payload).map_err(|e| corrupt(format!("not savepoint metadata: {e}")))?;
     if savepoint.format != FORMAT {
         return Err(corrupt(format!(
             "format {:?}, this Floe reads {FORMAT:?}",

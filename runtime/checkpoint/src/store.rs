@@ -45,16 +45,11 @@ impl CheckpointStore {
         let path = format!("{}/_metadata", dir(job_id, id));
         let url = self.store.url_of(&path);
         let bytes = self.store.get(&path).await?;
+        let checkpoint: CompletedCheckpoint = crate::open_metadata(&url, &bytes, "checkpoint metadata")?;
         let corrupt = |reason: String| Error::CorruptMetadata {
             url: url.clone(),
             reason,
         };
-        let payload = envelope::open(&url, &bytes).map_err(|e| match e {
-            floe_storage::Error::Corrupt { reason, .. } => corrupt(reason),
-            other => Error::Storage(other),
-        })?;
-        let checkpoint: CompletedCheckpoint =
-            serde_json::from_slice(&payload).map_err(|e| corrupt(format!("not checkpoint metadata: {e}")))?;
         if checkpoint.id != id || checkpoint.job_id != job_id {
             return Err(corrupt(format!(
                 "it describes checkpoint {} of job {}",
