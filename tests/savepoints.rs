@@ -245,7 +245,7 @@ fn last_state_upgrade_continues_from_the_latest_checkpoint() -> Result<(), Faile
     let (jm, tm, rest, id) = running(&first, &dir, "jm-1.log");
     wait_checkpoints(&rest, &id, 3);
     drop((jm, tm));
-    let before = common::output_lines(&output).len();
+    let before = common::committed_lines(&output);
     assert!(before > 0, "deployment 1 committed output");
     let second = manifest_at(&dir, "second", 2, &output, 3, "hashmap", mode, sum);
     let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
@@ -364,7 +364,7 @@ fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
         "last-state: the JobManager finds the predecessor's checkpoint"
     );
     drop((jm, tm));
-    let killed_after = common::output_lines(&output).len();
+    let killed_after = common::committed_lines(&output);
     let (_jm, _tm, rest, id) = running(&m3, &dir, "jm-3.log");
     let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
     assert!(

@@ -44,6 +44,25 @@ pub fn reference_count(path: &Path) -> HashMap<String, u64> {
     counts
 }
 
+/// Lines committed so far in a directory: part files only (a job's processes killed mid-part
+/// leave hidden in-progress files, which its next restore deals with).
+pub fn committed_lines(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
+                .map(|e| {
+                    std::fs::read_to_string(e.path())
+                        .unwrap_or_default()
+                        .lines()
+                        .count()
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 /// Every `word<TAB>count` line of every part file in a directory; fails on in-progress leftovers.
 pub fn output_lines(dir: &Path) -> Vec<(String, u64)> {
     let mut lines = Vec::new();
