@@ -381,6 +381,12 @@ fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The REST answer's first error says `needle`.
+fn assert_error(answer: &serde_json::Value, needle: &str) {
+    let message = answer["errors"][0].as_str().unwrap_or_default();
+    assert!(message.contains(needle), "{answer}");
+}
+
 /// What a job cannot serve is answered with what is wrong.
 fn savepoint_requests_name_the_problem() -> Result<(), Failed> {
     let dir = common::scratch("savepoints-bad");
@@ -389,46 +395,22 @@ fn savepoint_requests_name_the_problem() -> Result<(), Failed> {
     let (_jm, _tm, rest, id) = running(&m, &dir, "jm.log");
     let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "[1]");
     assert_eq!(status, 400, "{answer}");
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("expected a JSON object"),
-        "{answer}"
-    );
+    assert_error(&answer, "expected a JSON object");
     let (status, answer) = post(&rest, &format!("/jobs/{id}/stop"), r#"{"drain": "yes"}"#);
     assert_eq!(status, 400, "{answer}");
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("drain: expected true or false"),
-        "{answer}"
-    );
+    assert_error(&answer, "drain: expected true or false");
     let (status, answer) = post(&rest, "/jobs/nope/savepoints", "{}");
     assert_eq!(status, 404, "{answer}");
     let (status, answer) = common::http("GET", &rest, &format!("/jobs/{id}/savepoints/nope"));
     assert_eq!(status, 404, "{answer}");
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("no savepoint nope"),
-        "{answer}"
-    );
+    assert_error(&answer, "no savepoint nope");
     // No directory named: the job storage's savepoints/ (Floe's default for state.savepoints.dir).
     let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "");
     assert_eq!(status, 202, "{answer}");
     let trigger = answer["request-id"].as_str().unwrap().to_string();
     let (status, answer) = post(&rest, &format!("/jobs/{id}/savepoints"), "{}");
     assert_eq!(status, 409, "one at a time: {answer}");
-    assert!(
-        answer["errors"][0]
-            .as_str()
-            .unwrap()
-            .contains("still in progress"),
-        "{answer}"
-    );
+    assert_error(&answer, "still in progress");
     let done = await_savepoint(&rest, &id, &trigger);
     let location = done["operation"]["location"].as_str().unwrap();
     assert!(

@@ -234,18 +234,29 @@ impl RestClient {
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, RestError> {
         let (status, body) = self.call(http::Method::GET, url).await?;
-        if status != 200 {
-            return Err(RestError::Status {
-                url: url.into(),
-                status,
-                body: String::from_utf8_lossy(&body).into_owned(),
-            });
-        }
-        serde_json::from_slice(&body).map_err(|e| RestError::Body {
-            url: url.into(),
-            message: e.to_string(),
-        })
+        expect_json(url, status, 200, &body)
     }
+}
+
+/// The answer to `url` as a `T` when its status is `expected`; else the status error, or the body
+/// error when it is not the REST API's.
+fn expect_json<T: serde::de::DeserializeOwned>(
+    url: &str,
+    status: u16,
+    expected: u16,
+    body: &[u8],
+) -> Result<T, RestError> {
+    if status != expected {
+        return Err(RestError::Status {
+            url: url.into(),
+            status,
+            body: String::from_utf8_lossy(body).into_owned(),
+        });
+    }
+    serde_json::from_slice(body).map_err(|e| RestError::Body {
+        url: url.into(),
+        message: e.to_string(),
+    })
 }
 
 #[async_trait]
@@ -289,17 +300,7 @@ impl JobManagerApi for RestClient {
         let (status, answer) = self
             .call_with(http::Method::POST, &url, Bytes::from_static(body.as_bytes()))
             .await?;
-        if status != 202 {
-            return Err(RestError::Status {
-                url,
-                status,
-                body: String::from_utf8_lossy(&answer).into_owned(),
-            });
-        }
-        let triggered: Triggered = serde_json::from_slice(&answer).map_err(|e| RestError::Body {
-            url: url.clone(),
-            message: e.to_string(),
-        })?;
+        let triggered: Triggered = expect_json(&url, status, 202, &answer)?;
         Ok(triggered.request_id)
     }
 
@@ -319,17 +320,7 @@ impl JobManagerApi for RestClient {
                 ),
             });
         }
-        if status != 200 {
-            return Err(RestError::Status {
-                url,
-                status,
-                body: String::from_utf8_lossy(&body).into_owned(),
-            });
-        }
-        let answer: SavepointAnswer = serde_json::from_slice(&body).map_err(|e| RestError::Body {
-            url: url.clone(),
-            message: e.to_string(),
-        })?;
+        let answer: SavepointAnswer = expect_json(&url, status, 200, &body)?;
         if answer.status.id != "COMPLETED" {
             return Ok(SavepointState::InProgress);
         }
