@@ -1,42 +1,51 @@
 # Floe worker image: the `floe` binary, run as a JobManager or a TaskManager.
 #
-# The image copies a prebuilt binary from the build context (no Rust toolchain
-# in the image, only a runtime base). Build from the repository root:
+# Multi-stage: the binary is built inside the image build, on a Rust image of the same Debian
+# release as the runtime base (Debian 12 "bookworm" for distroless cc-debian12), so the glibc and
+# libstdc++ symbol versions it needs are the ones the base has. Build from the repository root:
 #
-#   cargo build --release -p floe
-#   docker build -f docker/worker.Dockerfile \
-#     --build-arg BINARY=target/release/floe -t floe/worker:0.1.0 .
+#   docker build -f docker/worker.Dockerfile -t ghcr.io/floe-dev/floe-worker:0.1.0 .
 #
-# The binary must be inside the build context (here the repository root), and
-# must not be excluded by a .dockerignore.
+# (BuildKit, the default builder of current Docker, builds only the stages the target needs.)
 #
 # Build arguments:
-#   BASE_IMAGE  runtime base image (default distroless cc, non-root). A local
-#               test build may pass a base image it built from the host's
-#               shared libraries instead; the rest of this file is the same.
-#   BINARY      path of the prebuilt `floe` binary inside the build context.
+#   BUILDER_IMAGE  the Rust image the binary is built on; keep its Debian release the base's.
+#   BASE_IMAGE     the runtime base (glibc, libgcc, libstdc++, no shell, user 65532).
+#   BINARY         with `--target prebuilt`: a binary in the build context instead of the build
+#                  stage (tests, and binaries built elsewhere on the same Debian release).
 #
-# The container runs `floe jobmanager ...` or `floe taskmanager ...`, given as
-# the container's args; the default CMD starts a JobManager listening on all
-# interfaces.
-#
-# The working directory /var/lib/floe is where the operator mounts the job's
-# `file://` storage, so a job's relative paths (e.g. `data/words.txt`) resolve
-# under it. A WORKDIR that does not exist in the base image is created owned by
-# root; the operator mounts a writable volume there, so that is fine.
+# The container runs `floe jobmanager ...` or `floe taskmanager ...`, given as the container's
+# args; the default CMD starts a JobManager listening on all interfaces. The operator's pods run
+# with a read-only root file system and mount a writable working directory.
 
+ARG BUILDER_IMAGE=docker.io/library/rust:1.95-slim-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
-FROM ${BASE_IMAGE}
 
+# What every worker image is, whichever way its binary came.
+FROM ${BASE_IMAGE} AS runtime
+WORKDIR /var/lib/floe
+USER 65532:65532
+# 6123: JobManager RPC, 8081: JobManager REST,
+# 6121: TaskManager endpoint (`floe taskmanager --bind [::]:6121 ...`).
+EXPOSE 6123 8081 6121
+ENTRYPOINT ["/usr/local/bin/floe"]
+CMD ["jobmanager", "--rpc-address", "[::]:6123", "--rest-address", "[::]:8081"]
+
+# A binary from the build context (`--target prebuilt --build-arg BINARY=path`).
+FROM runtime AS prebuilt
 ARG BINARY=floe
 COPY ${BINARY} /usr/local/bin/floe
 
-WORKDIR /var/lib/floe
-USER 65532:65532
+# The binary built here: RocksDB's C++ needs clang and libclang.
+FROM ${BUILDER_IMAGE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends clang libclang-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p floe --bin floe \
+ && cp target/release/floe /floe
 
-# 6123: JobManager RPC, 8081: JobManager REST,
-# 6121: TaskManager endpoint (`floe taskmanager --bind 0.0.0.0:6121 ...`).
-EXPOSE 6123 8081 6121
-
-ENTRYPOINT ["/usr/local/bin/floe"]
-CMD ["jobmanager", "--rpc-address", "0.0.0.0:6123", "--rest-address", "0.0.0.0:8081"]
+# The default target: the runtime with the binary built above.
+FROM runtime
+COPY --from=build /floe /usr/local/bin/floe

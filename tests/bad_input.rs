@@ -220,6 +220,74 @@ fn manifest_row(name: &'static str, edit: fn(String) -> String, needles: &'stati
     }
 }
 
+/// An operator row: `edit` breaks a good WordCount manifest in a way only a cluster refuses;
+/// `floe-operator render -f` (what a reconcile would apply) must refuse it naming `needles`.
+fn operator_row(name: &'static str, edit: fn(String) -> String, needles: &'static [&'static str]) -> Row {
+    Row {
+        name,
+        needs_moto: false,
+        run: Box::new(move || {
+            let dir = row_dir(name);
+            let manifest = dir.join("job.yaml");
+            let yaml = wordcount_yaml(Path::new("data/words.txt"), Path::new("out"), edit);
+            std::fs::write(&manifest, yaml).unwrap();
+            let operator = images::operator_binary();
+            let seen = run_bounded(
+                operator.to_str().unwrap(),
+                &["render", "-f", manifest.to_str().unwrap()],
+                &dir,
+            )?;
+            check(seen.exit == Some(1), || {
+                format!("exit {:?}: {}", seen.exit, seen.said)
+            })?;
+            says(&seen, needles).map(|()| seen)
+        }),
+    }
+}
+
+fn operator_rows() -> Vec<Row> {
+    vec![
+        operator_row(
+            "operator: file:// storage without a claim",
+            |y| {
+                y.replace(
+                    "  configuration:",
+                    "  storage: { url: \"file:///var/lib/floe\" }\n  configuration:",
+                )
+            },
+            &[
+                "spec.storage.url",
+                "needs spec.storage.persistentVolumeClaim",
+                "65532",
+            ],
+        ),
+        operator_row(
+            "operator: an S3 secret key in the configuration",
+            |y| {
+                y.replace(
+                    "  configuration:\n",
+                    "  storage: { url: \"s3://jobs/prod\" }\n  configuration:\n    s3.secret-key: hunter2\n",
+                )
+            },
+            &[
+                "spec.configuration[s3.secret-key]",
+                "written in clear into the job's ConfigMap",
+                "spec.storage.credentialsSecret",
+            ],
+        ),
+        manifest_row(
+            "manifest: a claim for s3:// storage",
+            |y| {
+                y.replace(
+                    "  configuration:",
+                    "  storage: { url: \"s3://jobs/prod\", persistentVolumeClaim: floe-jobs }\n  configuration:",
+                )
+            },
+            &["spec.storage.persistentVolumeClaim", "holds a file:// directory"],
+        ),
+    ]
+}
+
 /// A data row: a job that reaches a cluster with bad data must fail (exit 1) naming `needles`,
 /// within [`BOUND`], leaving nothing running and no output presented as a result.
 fn data_row(
@@ -940,6 +1008,7 @@ fn main() {
     }
     let rows: Vec<Row> = [
         manifest_rows(),
+        operator_rows(),
         data_rows(),
         storage_rows(),
         valid_edge_rows(),

@@ -6,33 +6,9 @@
 
 mod common;
 
-use std::collections::HashMap;
-
 use floe_storage::ObjectStore;
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
-
-/// Every `word<TAB>count` line of the part files under `out/` in the bucket.
-fn s3_output(store: &ObjectStore, rt: &tokio::runtime::Runtime) -> Vec<(String, u64)> {
-    rt.block_on(async {
-        let names = store.list("").await.unwrap();
-        assert!(
-            names.iter().all(|n| !n.contains("inprogress")),
-            "left-over in-progress objects: {names:?}"
-        );
-        let parts: Vec<&String> = names.iter().filter(|n| n.starts_with("part-")).collect();
-        assert!(!parts.is_empty(), "no part files in {}: {names:?}", store.url());
-        let mut lines = Vec::new();
-        for part in parts {
-            let text = String::from_utf8(store.get(part).await.unwrap().to_vec()).unwrap();
-            for line in text.lines() {
-                let (w, c) = line.rsplit_once('\t').unwrap();
-                lines.push((w.to_string(), c.parse().unwrap()));
-            }
-        }
-        lines
-    })
-}
 
 fn wordcount_on_s3(server: &MotoServer, mode: &str, parallelism: u32, mib: u64) -> Result<(), Failed> {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -71,22 +47,10 @@ fn wordcount_on_s3(server: &MotoServer, mode: &str, parallelism: u32, mib: u64) 
         .into());
     }
     assert!(stdout.contains("FINISHED"), "{stdout}");
-    let lines = s3_output(&data.scoped("out"), &rt);
+    let lines = common::s3_output(&data.scoped("out"), &rt);
     match mode {
-        "batch" => {
-            let got: HashMap<String, u64> = lines.into_iter().collect();
-            assert_eq!(got, reference);
-        }
-        _ => {
-            let total: u64 = reference.values().sum();
-            assert_eq!(lines.len() as u64, total, "one update per input word");
-            let mut last: HashMap<String, u64> = HashMap::new();
-            for (w, c) in lines {
-                let e = last.entry(w).or_insert(0);
-                *e = (*e).max(c);
-            }
-            assert_eq!(last, reference);
-        }
+        "batch" => common::assert_batch_lines(lines, &reference),
+        _ => common::assert_streaming_lines(lines, &reference),
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

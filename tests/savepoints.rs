@@ -271,7 +271,7 @@ fn flinkjob(
 ) -> String {
     let status = status.map(|s| format!("status: {s}\n")).unwrap_or_default();
     format!(
-        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: upgrades, namespace: jobs, uid: u-1, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n    upgradeMode: {mode}\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n{status}",
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: upgrades, namespace: jobs, uid: u-1, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n    upgradeMode: {mode}\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\", persistentVolumeClaim: floe-jobs }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n{status}",
         dir.join("out").display(),
         dir.join("storage").display(),
     )

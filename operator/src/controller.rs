@@ -10,6 +10,7 @@ use floe_manifest::{DesiredState, FlinkJob, FlinkJobStatus};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -196,8 +197,9 @@ pub fn error_policy(job: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) 
     Action::requeue(Duration::from_secs(15))
 }
 
-/// Server-side apply of one namespaced object, owned by the operator's field manager.
-async fn apply_object<K>(client: &Client, ns: &str, object: &K) -> Result<()>
+/// Server-side apply of one namespaced object, owned by the operator's field manager; the object
+/// as the API server stored it (with its status).
+async fn apply_object<K>(client: &Client, ns: &str, object: &K) -> Result<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -212,8 +214,7 @@ where
         &Patch::Apply(object),
     )
     .await
-    .map_err(Error::Kube)?;
-    Ok(())
+    .map_err(Error::Kube)
 }
 
 async fn publish(ctx: &Context, job: &FlinkJob, type_: EventType, reason: &str, note: String) {
@@ -369,12 +370,18 @@ async fn take_savepoints(
     }
 }
 
-/// The four objects of a job, applied in order (the first refusal stops it).
-async fn apply_objects(client: &Client, ns: &str, desired: &resources::Desired) -> Result<()> {
+/// The objects of a job, applied in order (the first refusal stops it): the NetworkPolicy before
+/// the Deployments, so no pod of the job runs unprotected. Returns the TaskManager pods the
+/// TaskManager Deployment has (its `status.replicas`, as last observed by its controller).
+async fn apply_objects(client: &Client, ns: &str, desired: &resources::Desired) -> Result<i32> {
     apply_object::<ConfigMap>(client, ns, &desired.config_map).await?;
     apply_object::<Service>(client, ns, &desired.jobmanager_service).await?;
+    if let Some(policy) = &desired.network_policy {
+        apply_object::<NetworkPolicy>(client, ns, policy).await?;
+    }
     apply_object::<Deployment>(client, ns, &desired.jobmanager).await?;
-    apply_object::<Deployment>(client, ns, &desired.taskmanager).await
+    let taskmanagers = apply_object::<Deployment>(client, ns, &desired.taskmanager).await?;
+    Ok(taskmanagers.status.and_then(|s| s.replicas).unwrap_or(0))
 }
 
 /// Why the job's pods do not run, if its Deployments or pods say (errors reading them are none).
@@ -405,7 +412,7 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         .namespace()
         .ok_or_else(|| Error::NoNamespace(job.name_any()))?;
     let now = Timestamp::now();
-    if let Err(e) = job.validate() {
+    if let Err(e) = job.validate_for_cluster() {
         // Not an error of the reconcile: retrying cannot fix it, a new spec can (await_change).
         let message = e.to_string();
         let status = status::compute(&job, &Observed::InvalidSpec(message.clone()), now);
@@ -459,6 +466,10 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         (None, None) => observe(&ctx, &url).await,
     };
     let taskmanagers = status::taskmanager_replicas(job, &observed);
+    let replicas = resources::Replicas {
+        jobmanagers: status::jobmanager_replicas(job, &observed, now.as_millisecond()),
+        taskmanagers,
+    };
     // Built against the status being written (the deployed generation and the savepoint the
     // deployment starts from): computed for what the JobManager said, then again if the pods say
     // more.
@@ -466,16 +477,19 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     let mut deploying = job.clone();
     deploying.spec = status::spec_to_deploy(job, &planned);
     deploying.status = Some(planned.clone());
-    let desired = resources::desired_with(&deploying, &ctx.defaults, taskmanagers);
-    if let Err(e) = apply_objects(&ctx.client, &ns, &desired).await {
-        let message = format!("cannot apply the job's objects: {e}");
-        if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(message.as_str()) {
-            publish(&ctx, job, EventType::Warning, "ApplyFailed", message.clone()).await;
+    let desired = resources::desired_with(&deploying, &ctx.defaults, replicas);
+    let observed_taskmanagers = match apply_objects(&ctx.client, &ns, &desired).await {
+        Ok(n) => n,
+        Err(e) => {
+            let message = format!("cannot apply the job's objects: {e}");
+            if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(message.as_str()) {
+                publish(&ctx, job, EventType::Warning, "ApplyFailed", message.clone()).await;
+            }
+            let status = status::compute(job, &Observed::ApplyFailed(message), now);
+            write_status(&ctx, &original, &status).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
         }
-        let status = status::compute(job, &Observed::ApplyFailed(message), now);
-        write_status(&ctx, &original, &status).await?;
-        return Ok(Action::requeue(Duration::from_secs(30)));
-    }
+    };
     // A JobManager that does not answer: its pods may say why.
     let observed = match observed {
         Observed::Unreachable(_) | Observed::NoJob => match workload_problem(&ctx, &ns, job).await {
@@ -492,7 +506,11 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         },
         other => other,
     };
-    let status = status::compute(job, &observed, now);
+    let mut status = status::compute(job, &observed, now);
+    // The scale subresource's replicas are the TaskManagers there are, not the ones asked for.
+    if !suspended {
+        status.task_managers = Some(observed_taskmanagers);
+    }
     for decision in status::new_autoscaler_decisions(job, &observed) {
         publish(
             &ctx,
@@ -503,7 +521,11 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         )
         .await;
     }
-    let previous_tms = job.status.as_ref().and_then(|s| s.task_managers);
+    let previous_tms = job
+        .status
+        .as_ref()
+        .and_then(|s| s.autoscaler.as_ref())
+        .and_then(|a| a.task_managers);
     if job.spec.autoscales_taskmanagers() && previous_tms.is_some_and(|p| p != taskmanagers) {
         publish(
             &ctx,

@@ -33,6 +33,8 @@ pub struct JobOverview {
     /// Flink's job status name: CREATED, RUNNING, FINISHED, FAILED, CANCELLING, CANCELED, ...
     pub state: String,
     pub start_time_ms: Option<u64>,
+    /// When the job reached its terminal state (Flink's `end-time`; none while it runs).
+    pub end_time_ms: Option<u64>,
     pub failure: Option<String>,
     /// The highest parallelism of its vertices now (the adaptive scheduler changes it with the
     /// TaskManagers the job has).
@@ -122,6 +124,9 @@ struct JobDetails {
     state: String,
     #[serde(rename = "start-time")]
     start_time: Option<u64>,
+    /// -1 while the job runs, as in Flink.
+    #[serde(rename = "end-time", default)]
+    end_time: Option<i64>,
     #[serde(rename = "failure-cause")]
     failure_cause: Option<String>,
     #[serde(default)]
@@ -271,6 +276,7 @@ impl JobManagerApi for RestClient {
                 name: d.name,
                 state: d.state,
                 start_time_ms: d.start_time,
+                end_time_ms: d.end_time.and_then(|t| u64::try_from(t).ok()),
                 failure: d.failure_cause.filter(|f| !f.is_empty()),
                 parallelism: d.vertices.iter().map(|v| v.parallelism).max(),
                 slots_wanted: d.slots_wanted,

@@ -38,13 +38,21 @@ enum Command {
         #[arg(long)]
         status: bool,
         /// Worker image for FlinkJobs without spec.image.
-        #[arg(long, env = "FLOE_DEFAULT_IMAGE", default_value = "floe/worker:0.1.0")]
+        #[arg(
+            long,
+            env = "FLOE_DEFAULT_IMAGE",
+            default_value = "ghcr.io/floe-dev/floe-worker:0.1.0"
+        )]
         default_image: String,
     },
     /// Run the controller.
     Run {
         /// Worker image for FlinkJobs without spec.image.
-        #[arg(long, env = "FLOE_DEFAULT_IMAGE", default_value = "floe/worker:0.1.0")]
+        #[arg(
+            long,
+            env = "FLOE_DEFAULT_IMAGE",
+            default_value = "ghcr.io/floe-dev/floe-worker:0.1.0"
+        )]
         default_image: String,
         /// Comma-separated namespaces to watch (default: all).
         #[arg(long, env = "FLOE_WATCH_NAMESPACES", value_delimiter = ',')]
@@ -52,11 +60,39 @@ enum Command {
         /// Where `/healthz` is served.
         #[arg(long, default_value = "0.0.0.0:8080")]
         health_address: SocketAddr,
+        /// Give every job a NetworkPolicy that lets in only its own pods and this operator (which
+        /// the policy finds by `--operator-namespace` and `--operator-pod-labels`).
+        #[arg(long, requires_all = ["operator_namespace", "operator_pod_labels"])]
+        network_policies: bool,
+        /// The operator's own namespace (the chart passes the pod's).
+        #[arg(long, env = "POD_NAMESPACE")]
+        operator_namespace: Option<String>,
+        /// The operator pods' labels, `key=value,...` (the chart passes its selector labels).
+        #[arg(long)]
+        operator_pod_labels: Option<String>,
+        /// Reconcile only while holding the Lease `floe-operator-leader` in `--operator-namespace`,
+        /// so several replicas never reconcile at once.
+        #[arg(long, requires = "operator_namespace")]
+        leader_election: bool,
+        /// This replica's name in the election (the chart passes the pod's name).
+        #[arg(long, env = "POD_NAME", default_value = "floe-operator")]
+        identity: String,
     },
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    // An error is one line a user reads (with its causes), not a debug dump with a backtrace.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -76,13 +112,15 @@ async fn main() -> anyhow::Result<()> {
             let text = std::fs::read_to_string(&file).with_context(|| format!("{}", file.display()))?;
             let job =
                 floe_manifest::FlinkJob::from_yaml(&text).with_context(|| format!("{}", file.display()))?;
-            job.validate().with_context(|| format!("{}", file.display()))?;
+            // What a reconcile would refuse is refused here too.
+            job.validate_for_cluster()
+                .with_context(|| format!("{}", file.display()))?;
             let what = match (manifest, status) {
                 (true, _) => What::Manifest,
                 (_, true) => What::Status,
                 _ => What::Objects,
             };
-            let defaults = Defaults { image: default_image };
+            let defaults = Defaults::image(default_image);
             print!(
                 "{}",
                 render_yaml(&job, &defaults, k8s_openapi::jiff::Timestamp::now(), what)
@@ -92,19 +130,35 @@ async fn main() -> anyhow::Result<()> {
             default_image,
             watch_namespaces,
             health_address,
+            network_policies,
+            operator_namespace,
+            operator_pod_labels,
+            leader_election,
+            identity,
         } => {
+            let mut defaults = Defaults::image(&default_image);
+            if network_policies {
+                let labels = floe_operator::resources::parse_labels(&operator_pod_labels.unwrap_or_default())
+                    .map_err(|e| anyhow::anyhow!("--operator-pod-labels: {e}"))?;
+                defaults.operator = Some(floe_operator::resources::OperatorPods {
+                    namespace: operator_namespace.clone().unwrap_or_default(),
+                    labels,
+                });
+            }
             let client = kube::Client::try_default().await?;
             let health = tokio::net::TcpListener::bind(health_address).await?;
             let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
             tokio::spawn(async move { axum::serve(health, app).await });
             let namespaces: Vec<String> = watch_namespaces.into_iter().filter(|n| !n.is_empty()).collect();
-            tracing::info!(?namespaces, %default_image, "floe-operator starting");
-            let ctx = Context::new(
-                client.clone(),
-                Arc::new(RestClient::default()),
-                Defaults { image: default_image },
-            );
-            controller::run(client, namespaces, ctx).await;
+            tracing::info!(?namespaces, %default_image, network_policies, "floe-operator starting");
+            let ctx = Context::new(client.clone(), Arc::new(RestClient::default()), defaults);
+            let controller = controller::run(client.clone(), namespaces, ctx);
+            match operator_namespace.filter(|_| leader_election) {
+                Some(namespace) => {
+                    floe_operator::leader::run_elected(client, &namespace, &identity, controller).await?;
+                }
+                None => controller.await,
+            }
         }
     }
     Ok(())

@@ -16,6 +16,8 @@ pub struct Rule {
 ///   and watched as owned objects; deletion is left to the garbage collector (owner references).
 /// - Events go through events.k8s.io (kube's `Recorder`), which creates and then patches a series.
 /// - Pods are read (never changed) to tell why a job's pods do not run.
+/// - A job's NetworkPolicy is applied (with `--network-policies`); like the others it goes with
+///   its FlinkJob through the garbage collector.
 pub const RULES: &[Rule] = &[
     Rule {
         api_group: "floe.dev",
@@ -43,11 +45,24 @@ pub const RULES: &[Rule] = &[
         verbs: &["get", "list", "watch", "create", "patch"],
     },
     Rule {
+        api_group: "networking.k8s.io",
+        resources: &["networkpolicies"],
+        verbs: &["create", "patch"],
+    },
+    Rule {
         api_group: "events.k8s.io",
         resources: &["events"],
         verbs: &["create", "patch"],
     },
 ];
+
+/// The namespaced rules of the chart's Role (`templates/role.yaml`), in the operator's own
+/// namespace: the Lease of leader election (read, taken, renewed by server-side apply).
+pub const LEASE_RULES: &[Rule] = &[Rule {
+    api_group: "coordination.k8s.io",
+    resources: &["leases"],
+    verbs: &["get", "create", "patch"],
+}];
 
 fn list(items: &[&str]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
@@ -55,8 +70,8 @@ fn list(items: &[&str]) -> String {
 }
 
 /// The rules as the chart writes them (flow-style lists).
-pub fn rules_yaml() -> String {
-    RULES
+pub fn rules_yaml(rules: &[Rule]) -> String {
+    rules
         .iter()
         .map(|r| {
             format!(
@@ -73,18 +88,35 @@ pub fn rules_yaml() -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_charts_cluster_role_grants_exactly_these_rules_without_wildcards() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../charts/floe-operator/templates/clusterrole.yaml"
+    /// The chart's rules of `file` (after `rules:`).
+    fn chart_rules(file: &str) -> (String, String) {
+        let path = format!(
+            "{}/../charts/floe-operator/templates/{file}",
+            env!("CARGO_MANIFEST_DIR")
         );
-        let text = std::fs::read_to_string(path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
         let rules = text
             .split_once("rules:\n")
             .unwrap_or_else(|| panic!("{path}: no `rules:` line"))
-            .1;
-        assert_eq!(rules, rules_yaml(), "{path} differs from operator/src/rbac.rs");
+            .1
+            .to_string();
         assert!(!text.contains('*'), "{path}: wildcard");
+        (path, rules)
+    }
+
+    #[test]
+    fn the_charts_roles_grant_exactly_these_rules_without_wildcards() {
+        let (path, rules) = chart_rules("clusterrole.yaml");
+        assert_eq!(
+            rules,
+            rules_yaml(RULES),
+            "{path} differs from operator/src/rbac.rs"
+        );
+        let (path, rules) = chart_rules("role.yaml");
+        assert_eq!(
+            rules,
+            rules_yaml(LEASE_RULES),
+            "{path} differs from operator/src/rbac.rs"
+        );
     }
 }

@@ -113,9 +113,109 @@ pub const AUTOSCALER_RESCALE: &str = "AutoscalerRescale";
 /// The reason of the event when the operator changes the TaskManagers for the autoscaler.
 pub const AUTOSCALER_TASKMANAGERS: &str = "AutoscalerTaskManagers";
 
+/// A duration of the job's configuration (`key`), else `default_s` seconds.
+fn configured_duration(job: &FlinkJob, key: &str, default_s: u64) -> std::time::Duration {
+    job.spec
+        .configuration
+        .get(key)
+        .and_then(|v| floe_manifest::parse_duration(v))
+        .unwrap_or(std::time::Duration::from_secs(default_s))
+}
+
+/// `kubernetes.operator.deployment.rollback.enabled`.
+fn rollback_enabled(job: &FlinkJob) -> bool {
+    job.spec
+        .configuration
+        .get(floe_manifest::ROLLBACK_ENABLED_KEY)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// Whether the job of the deployed spec ended (FINISHED, FAILED, CANCELED): the JobManager says
+/// so, or, while it does not answer (restarting, or shut down after its TTL), the last status of
+/// this same deployment did. A new deployment (a changed spec, a resume, an upgrade) has not.
+pub fn job_ended(job: &FlinkJob, observed: &Observed) -> bool {
+    let Some(previous) = job.status.as_ref() else {
+        return false;
+    };
+    let same_deployment = previous
+        .deployed
+        .as_ref()
+        .is_some_and(|d| Some(d.generation) == resources::deployed_generation(job));
+    if !same_deployment || job.spec.job.state == DesiredState::Suspended {
+        return false;
+    }
+    // A failed upgrade may be rolled back (a deployment of the stable spec, which needs its
+    // TaskManagers): with rollback on, a FAILED job keeps them.
+    let rollback = previous.rolled_back_generation.is_some() || rollback_enabled(job);
+    let ended = |state: &str| match state {
+        "FINISHED" | "CANCELED" => true,
+        "FAILED" => !rollback,
+        _ => false,
+    };
+    match observed {
+        Observed::Job(j) => ended(&j.state),
+        Observed::Unreachable(_) | Observed::NoJob | Observed::PodsFailing { .. } => {
+            previous.job_status.as_ref().is_some_and(|s| ended(&s.state))
+        }
+        Observed::InvalidSpec(_) | Observed::Suspended { .. } | Observed::ApplyFailed(_) => false,
+    }
+}
+
+/// The JobManagers to run: one, but none once the job ended longer than
+/// `kubernetes.operator.jm-deployment.shutdown-ttl` (1 d) ago: until then it serves the ended
+/// job's REST API, as in Flink's operator; the status keeps the job's last state after.
+pub fn jobmanager_replicas(job: &FlinkJob, observed: &Observed, now_ms: i64) -> i32 {
+    if !job_ended(job, observed) {
+        return 1;
+    }
+    let ended = match observed {
+        Observed::Job(j) => j.end_time_ms.map(|t| t as i64),
+        _ => None,
+    }
+    .or_else(|| {
+        job.status
+            .as_ref()
+            .and_then(|s| s.job_status.as_ref())
+            .and_then(|j| j.end_time.as_deref())
+            .and_then(|t| t.parse().ok())
+    });
+    let ttl = configured_duration(job, floe_manifest::JM_SHUTDOWN_TTL_KEY, 86_400);
+    match ended {
+        Some(end) if now_ms.saturating_sub(end) >= ttl.as_millis() as i64 => 0,
+        _ => 1,
+    }
+}
+
+/// The job as the last status saw it, for a status computed while its JobManager, the job having
+/// ended, does not answer.
+fn last_seen(previous: &FlinkJobStatus) -> Option<JobOverview> {
+    let s = previous.job_status.as_ref()?;
+    Some(JobOverview {
+        id: s.job_id.clone().unwrap_or_default(),
+        name: s.job_name.clone().unwrap_or_default(),
+        state: s.state.clone(),
+        start_time_ms: s.start_time.as_deref().and_then(|t| t.parse().ok()),
+        end_time_ms: s.end_time.as_deref().and_then(|t| t.parse().ok()),
+        failure: previous.error.clone(),
+        parallelism: s.parallelism,
+        slots_wanted: None,
+        autoscaler_decisions: Vec::new(),
+    })
+}
+
 /// The status to write for `job` after observing `observed` at `now`.
 pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobStatus {
     let previous = job.status.clone().unwrap_or_default();
+    // An ended job stays as it ended while its JobManager does not answer (shut down after its
+    // TTL, or restarting): not RECONCILING.
+    let seen_last;
+    let observed = match last_seen(&previous) {
+        Some(j) if !matches!(observed, Observed::Job(_)) && job_ended(job, observed) => {
+            seen_last = Observed::Job(j);
+            &seen_last
+        }
+        _ => observed,
+    };
     let generation = job.metadata.generation;
     let name = Some(job.spec.job.name.clone());
     let previous_id = previous.job_status.as_ref().and_then(|s| s.job_id.clone());
@@ -132,6 +232,7 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         job_id: Some(j.id.clone()),
         state: j.state.clone(),
         start_time: j.start_time_ms.map(|t| t.to_string()),
+        end_time: j.end_time_ms.map(|t| t.to_string()),
         parallelism: j.parallelism,
         ..JobStatusInfo::default()
     };
@@ -329,12 +430,7 @@ fn rollback(
     let Some(stable) = previous.last_stable_spec.as_ref() else {
         return Rollback::None;
     };
-    let timeout = job
-        .spec
-        .configuration
-        .get(floe_manifest::READINESS_TIMEOUT_KEY)
-        .and_then(|v| floe_manifest::parse_duration(v))
-        .unwrap_or(std::time::Duration::from_secs(300));
+    let timeout = configured_duration(job, floe_manifest::READINESS_TIMEOUT_KEY, 300);
     let message = |generation| {
         format!(
             "the job of generation {generation} did not run within {}s of its deployment ({}): rolled back \
@@ -355,11 +451,7 @@ fn rollback(
             message: message(generation_now),
         };
     }
-    let enabled = job
-        .spec
-        .configuration
-        .get(floe_manifest::ROLLBACK_ENABLED_KEY)
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let enabled = rollback_enabled(job);
     let waited = now_ms.saturating_sub(deployed_time.unwrap_or(now_ms));
     if !enabled
         || runs
@@ -386,11 +478,16 @@ pub fn spec_to_deploy(job: &FlinkJob, status: &FlinkJobStatus) -> floe_manifest:
     stable.unwrap_or_else(|| job.spec.clone())
 }
 
-/// The TaskManagers to run: `spec.taskManager.replicas`; with the autoscaler and `maxReplicas`,
+/// The TaskManagers to run: none once the job ended; else `spec.taskManager.replicas`; with the
+/// autoscaler and `maxReplicas`,
 /// enough for the slots the job wants, within `replicas..=maxReplicas` (Flink's operator raises
 /// the TaskManagers a rescale needs and lowers them after a scale-down). While the JobManager
 /// does not say what it wants, what the operator ran last.
 pub fn taskmanager_replicas(job: &FlinkJob, observed: &Observed) -> i32 {
+    // An ended job's TaskManagers have nothing left to run: their resources go back.
+    if job_ended(job, observed) {
+        return 0;
+    }
     let tm = &job.spec.task_manager;
     let floor = i32::try_from(tm.replicas).unwrap_or(i32::MAX);
     let Some(max) = tm.max_replicas.filter(|_| job.spec.autoscales_taskmanagers()) else {
@@ -457,9 +554,11 @@ mod tests {
     use super::*;
 
     fn job() -> FlinkJob {
-        let text =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/wordcount.yaml"))
-                .unwrap();
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/kubernetes/wordcount.yaml"
+        ))
+        .unwrap();
         let mut job = FlinkJob::from_yaml(&text).unwrap();
         job.metadata.generation = Some(3);
         job
@@ -475,6 +574,7 @@ mod tests {
             name: "wordcount".into(),
             state: state.into(),
             start_time_ms: Some(1_700_000_000_000),
+            end_time_ms: None,
             failure: None,
             parallelism: Some(4),
             slots_wanted: None,

@@ -126,14 +126,14 @@ mod tests {
     #[test]
     fn an_image_that_cannot_be_pulled_is_named_with_its_pod() {
         let p = pod(serde_json::json!({ "containerStatuses": [{
-            "name": "floe", "image": "floe/worker:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
-            "state": { "waiting": { "reason": "ImagePullBackOff", "message": "Back-off pulling image \"floe/worker:0.1.0\"" } }
+            "name": "floe", "image": "ghcr.io/floe-dev/floe-worker:0.1.0", "imageID": "", "ready": false, "restartCount": 0,
+            "state": { "waiting": { "reason": "ImagePullBackOff", "message": "Back-off pulling image \"ghcr.io/floe-dev/floe-worker:0.1.0\"" } }
         }]}));
         assert_eq!(
             problem(&[], &[p]),
             Some(Problem {
                 reason: "ImagePullBackOff".into(),
-                message: "pod wordcount-jobmanager-7d9f container floe: ImagePullBackOff: Back-off pulling image \"floe/worker:0.1.0\"".into()
+                message: "pod wordcount-jobmanager-7d9f container floe: ImagePullBackOff: Back-off pulling image \"ghcr.io/floe-dev/floe-worker:0.1.0\"".into()
             })
         );
     }

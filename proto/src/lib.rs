@@ -5,6 +5,7 @@
 pub mod channel;
 pub mod convert;
 pub mod fencing;
+pub mod net;
 
 #[allow(missing_debug_implementations, clippy::all, clippy::unwrap_used)] // generated code
 pub mod v1 {

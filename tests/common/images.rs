@@ -1,6 +1,9 @@
 //! Container images for the container and kind tests, built here without a registry: a base image
 //! made from the host's shared libraries (what the `floe` binaries link against), then the production
-//! Dockerfiles in `docker/` with that base as their `BASE_IMAGE` build argument.
+//! Dockerfiles in `docker/` with that base as their `BASE_IMAGE` build argument and the binaries of
+//! this build as their `prebuilt` target (the default target builds them inside the image build, on
+//! a Rust image no registry here serves). [`symbol_versions`] checks that the binary in an image
+//! finds every symbol version it needs in the image's own libraries.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -9,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const BASE_IMAGE: &str = "floe-test-base:local";
-pub const WORKER_IMAGE: &str = "floe/worker:test";
-pub const OPERATOR_IMAGE: &str = "floe/operator:test";
+pub const WORKER_IMAGE: &str = "ghcr.io/floe-dev/floe-worker:test";
+pub const OPERATOR_IMAGE: &str = "ghcr.io/floe-dev/floe-operator:test";
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -78,6 +81,11 @@ fn shared_libraries(binary: &Path) -> BTreeSet<PathBuf> {
 /// A minimal root filesystem: the libraries the binaries need, /etc/passwd with the `nonroot` user
 /// (65532, as distroless), a sticky /tmp. Imported as [`BASE_IMAGE`].
 pub fn build_base_image(binaries: &[&Path]) {
+    build_base_image_as(binaries, BASE_IMAGE);
+}
+
+/// [`build_base_image`], imported as `tag`.
+pub fn build_base_image_as(binaries: &[&Path], tag: &str) {
     let root = std::env::temp_dir().join(format!("floe-base-rootfs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     for binary in binaries {
@@ -115,7 +123,7 @@ pub fn build_base_image(binaries: &[&Path]) {
         .spawn()
         .unwrap();
     let status = Command::new("docker")
-        .args(["import", "-", BASE_IMAGE])
+        .args(["import", "-", tag])
         .stdin(tar.stdout.take().unwrap())
         .stdout(Stdio::null())
         .status()
@@ -129,6 +137,11 @@ pub fn build_base_image(binaries: &[&Path]) {
 
 /// `docker build` of one of the production Dockerfiles, with the binary copied into a fresh context.
 pub fn build_image(dockerfile: &str, binary: &Path, tag: &str) {
+    build_image_on(dockerfile, binary, tag, BASE_IMAGE);
+}
+
+/// [`build_image`] on the base image `base`.
+pub fn build_image_on(dockerfile: &str, binary: &Path, tag: &str, base: &str) {
     let context = std::env::temp_dir().join(format!(
         "floe-image-context-{}-{}",
         std::process::id(),
@@ -148,8 +161,10 @@ pub fn build_image(dockerfile: &str, binary: &Path, tag: &str) {
             "-q",
             "-f",
             dockerfile.to_str().unwrap(),
+            "--target",
+            "prebuilt",
             "--build-arg",
-            &format!("BASE_IMAGE={BASE_IMAGE}"),
+            &format!("BASE_IMAGE={base}"),
             "--build-arg",
             &format!("BINARY={name}"),
             "-t",
@@ -176,4 +191,116 @@ pub fn write(path: &Path, text: &str) {
         .unwrap()
         .write_all(text.as_bytes())
         .unwrap();
+}
+
+/// The symbol versions (`GLIBC_2.34`, `GLIBCXX_3.4.30`, ...) an ELF file needs, by library, or
+/// defines (`objdump -p`: "Version References" / "Version definitions").
+fn versions(file: &Path, section: &str) -> BTreeSet<(String, String)> {
+    let out = sh("objdump", &["-p", file.to_str().unwrap()]);
+    let mut found = BTreeSet::new();
+    let mut library = String::new();
+    let mut inside = false;
+    for line in out.lines() {
+        let header = line.ends_with(':') && line.starts_with(|c: char| c.is_ascii_uppercase());
+        if header {
+            inside = line == section;
+            continue;
+        }
+        if !inside || line.trim().is_empty() {
+            continue;
+        }
+        let line = line.trim();
+        if let Some(lib) = line.strip_prefix("required from ") {
+            library = lib.trim_end_matches(':').to_string();
+        } else if let Some(version) = line.split_whitespace().last() {
+            // References: "0x09691a75 0x00 05 GLIBC_2.2.5"; definitions: "2 0x00 0x09691a75 GLIBC_2.2.5".
+            found.insert((library.clone(), version.to_string()));
+        }
+    }
+    found
+}
+
+/// Checks that the binary at `binary` inside `image` finds, in the image's own libraries, every
+/// symbol version it needs (a binary built on a newer distribution than the base needs a newer
+/// glibc or libstdc++ and does not start). Returns what was checked, for the test's output.
+pub fn symbol_versions(image: &str, binary: &str) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!(
+        "floe-symbols-{}-{}",
+        std::process::id(),
+        image.replace(['/', ':'], "-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let container = sh("docker", &["create", image]).trim().to_string();
+    let copy_out = |path: &str, to: &Path| {
+        Command::new("docker")
+            .args(["cp", "-L", &format!("{container}:{path}"), to.to_str().unwrap()])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let result = (|| {
+        let local = dir.join("binary");
+        if !copy_out(binary, &local) {
+            return Err(format!("{image} has no {binary}"));
+        }
+        let needed = versions(&local, "Version References:");
+        let libraries: BTreeSet<&String> = needed.iter().map(|(lib, _)| lib).collect();
+        let mut checked = Vec::new();
+        for library in libraries {
+            let local_lib = dir.join(library);
+            let found = [
+                "/lib/x86_64-linux-gnu",
+                "/usr/lib/x86_64-linux-gnu",
+                "/lib64",
+                "/lib",
+                "/usr/lib",
+            ]
+            .iter()
+            .any(|d| copy_out(&format!("{d}/{library}"), &local_lib));
+            if !found {
+                return Err(format!(
+                    "{image}: {binary} needs {library}, which the image does not have"
+                ));
+            }
+            let defined: BTreeSet<String> = versions(&local_lib, "Version definitions:")
+                .into_iter()
+                .map(|(_, v)| v)
+                .collect();
+            let wanted: Vec<&String> = needed
+                .iter()
+                .filter(|(l, _)| l == library)
+                .map(|(_, v)| v)
+                .collect();
+            let missing: Vec<&&String> = wanted.iter().filter(|v| !defined.contains(**v)).collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "{image}: {binary} needs {missing:?} of {library}, which the image's {library} does not define \
+                     (built on a newer distribution than the base image?)"
+                ));
+            }
+            let newest = wanted
+                .iter()
+                .max_by(|a, b| version_order(a, b))
+                .map(|v| v.as_str())
+                .unwrap_or("-");
+            checked.push(format!("{library} ({} versions, newest {newest})", wanted.len()));
+        }
+        Ok(format!("{image}: {binary} needs {}", checked.join(", ")))
+    })();
+    let _ = Command::new("docker").args(["rm", "-f", &container]).output();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// `GLIBC_2.9` < `GLIBC_2.34`: compares the numbers after the name.
+fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let numbers = |v: &str| -> Vec<u32> {
+        v.rsplit('_')
+            .next()
+            .unwrap_or_default()
+            .split('.')
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    numbers(a).cmp(&numbers(b))
 }

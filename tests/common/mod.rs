@@ -88,7 +88,11 @@ pub fn output_lines(dir: &Path) -> Vec<(String, u64)> {
 
 /// BATCH output: exactly one line per word, with the reference count.
 pub fn assert_batch_output(dir: &Path, reference: &HashMap<String, u64>) {
-    let lines = output_lines(dir);
+    assert_batch_lines(output_lines(dir), reference);
+}
+
+/// [`assert_batch_output`] of lines read from anywhere (object storage).
+pub fn assert_batch_lines(lines: Vec<(String, u64)>, reference: &HashMap<String, u64>) {
     let mut got = HashMap::new();
     for (w, c) in lines {
         assert!(
@@ -104,7 +108,11 @@ pub fn assert_batch_output(dir: &Path, reference: &HashMap<String, u64>) {
 
 /// STREAMING output: one line per input word (every update), the largest count per word is final.
 pub fn assert_streaming_output(dir: &Path, reference: &HashMap<String, u64>) {
-    let lines = output_lines(dir);
+    assert_streaming_lines(output_lines(dir), reference);
+}
+
+/// [`assert_streaming_output`] of lines read from anywhere (object storage).
+pub fn assert_streaming_lines(lines: Vec<(String, u64)>, reference: &HashMap<String, u64>) {
     let total: u64 = reference.values().sum();
     assert_eq!(lines.len() as u64, total, "one update per input word");
     let mut last: HashMap<String, u64> = HashMap::new();
@@ -113,6 +121,29 @@ pub fn assert_streaming_output(dir: &Path, reference: &HashMap<String, u64>) {
         *e = (*e).max(c);
     }
     assert_eq!(&last, reference);
+}
+
+/// Every `word<TAB>count` line of the part objects directly under `store`; fails on in-progress
+/// leftovers.
+pub fn s3_output(store: &floe_storage::ObjectStore, rt: &tokio::runtime::Runtime) -> Vec<(String, u64)> {
+    rt.block_on(async {
+        let names = store.list("").await.unwrap();
+        assert!(
+            names.iter().all(|n| !n.contains("inprogress")),
+            "left-over in-progress objects: {names:?}"
+        );
+        let parts: Vec<&String> = names.iter().filter(|n| n.starts_with("part-")).collect();
+        assert!(!parts.is_empty(), "no part files in {}: {names:?}", store.url());
+        let mut lines = Vec::new();
+        for part in parts {
+            let text = String::from_utf8(store.get(part).await.unwrap().to_vec()).unwrap();
+            for line in text.lines() {
+                let (w, c) = line.rsplit_once('\t').unwrap();
+                lines.push((w.to_string(), c.parse().unwrap()));
+            }
+        }
+        lines
+    })
 }
 
 /// A FlinkJob manifest for the built-in wordcount.

@@ -45,6 +45,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+Selector labels as key=value pairs separated by commas (--operator-pod-labels).
+*/}}
+{{- define "floe-operator.selectorLabelPairs" -}}
+app.kubernetes.io/name={{ include "floe-operator.name" . }},app.kubernetes.io/instance={{ .Release.Name }}
+{{- end }}
+
+{{/*
 Name of the ServiceAccount the operator runs as.
 */}}
 {{- define "floe-operator.serviceAccountName" -}}

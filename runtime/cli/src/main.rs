@@ -105,10 +105,11 @@ enum Command {
         #[arg(long)]
         exit_on_stdin_eof: bool,
     },
-    /// Write seeded, Zipf-distributed lines of words (WordCount input).
+    /// Write seeded, Zipf-distributed lines of words (WordCount input) to a file, or to an object
+    /// (`s3://bucket/key`, credentials and endpoint from AWS_* environment variables).
     GenWords {
         #[arg(long)]
-        output: PathBuf,
+        output: String,
         /// Size in MiB.
         #[arg(long, default_value_t = 10)]
         mib: u64,
@@ -311,8 +312,13 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Command::GenWords { output, mib, seed } => {
-            let written = generate::write_words(&output, mib * 1024 * 1024, seed)?;
-            eprintln!("wrote {} ({written} bytes, seed {seed})", output.display());
+            let bytes = mib * 1024 * 1024;
+            let written = if output.contains("://") {
+                generate::upload_words(&output, bytes, seed)?
+            } else {
+                generate::write_words(std::path::Path::new(&output), bytes, seed)?
+            };
+            eprintln!("wrote {output} ({written} bytes, seed {seed})");
             Ok(ExitCode::SUCCESS)
         }
     }

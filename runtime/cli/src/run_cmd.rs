@@ -68,6 +68,8 @@ fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::
     let mut local = job.clone();
     local.spec.storage = Some(floe_manifest::StorageSpec {
         url: format!("file://{}", storage.display()),
+        credentials_secret: None,
+        persistent_volume_claim: None,
     });
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

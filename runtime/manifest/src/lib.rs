@@ -1,7 +1,7 @@
 //! The FlinkJob manifest (DESIGN.md "One unit"): the same YAML runs under `floe run -f` and under the
 //! operator. Read [`FlinkJobSpec`] first: kube's `CustomResource` derive makes the [`FlinkJob`] resource
 //! around it, and the CRD (`crds/flinkjob.yaml`) is generated from these types. [`FlinkJob::from_yaml`]
-//! parses and validates a file, and [`FlinkJobSpec::validate`] is what the operator runs; every error
+//! parses and validates a file, and [`FlinkJob::validate_for_cluster`] is what the operator runs; every error
 //! names the field that is wrong and what was expected.
 //!
 //! This crate depends on kube's derive only (no client, no controller), so the `floe` binary reads the
@@ -12,11 +12,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use floe_scheduler::BatchShuffleMode;
-use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::{EnvVar, PodSecurityContext};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
+
+mod storage;
+pub use storage::StorageSpec;
 
 pub const GROUP: &str = "floe.dev";
 pub const VERSION: &str = "v1alpha1";
@@ -286,12 +289,6 @@ pub struct TaskManagerSpec {
     pub resources: Option<Resources>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct StorageSpec {
-    pub url: String,
-}
-
 /// Pod-template-style additions the operator applies to the JobManager and TaskManager pods.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -304,6 +301,11 @@ pub struct PodTemplate {
     pub env: Vec<EnvVar>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// The pods' security context, instead of the operator's (non-root user 65532, fsGroup 65532,
+    /// the runtime's default seccomp profile). On OpenShift give `{}`: its restricted SCC assigns
+    /// the user and group itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
 }
 
 /// What the operator observed, in the shape of the flink-kubernetes-operator's FlinkDeployment status.
@@ -402,6 +404,11 @@ pub struct JobStatusInfo {
     /// Milliseconds since the epoch, as Flink's operator writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<String>,
+    /// When the job reached FINISHED, FAILED or CANCELED (milliseconds since the epoch): its
+    /// TaskManagers are released then, its JobManager after
+    /// `kubernetes.operator.jm-deployment.shutdown-ttl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<String>,
     /// The job's parallelism now (the highest of its vertices'): with
     /// `jobmanager.scheduler: adaptive` it follows the TaskManagers `kubectl scale` gives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -567,48 +574,6 @@ fn validate_resources(prefix: &str, resources: &Option<Resources>) -> Result<()>
     Ok(())
 }
 
-/// Job storage the storage layer can open, checked here rather than in a crash loop: `s3://`
-/// (any S3-compatible store), `file://` with an absolute directory other than the root (the
-/// operator mounts it into every pod), `memory://` (one process, tests). `gs://` and other
-/// schemes are refused with what to use instead.
-fn validate_storage_url(url: &str) -> Result<()> {
-    validate_url("spec.storage.url", url)
-}
-
-/// A URL of object storage Floe can open (see [`validate_storage_url`]), at `field`.
-fn validate_url(field: &str, url: &str) -> Result<()> {
-    if url.starts_with("s3://") || url.starts_with("memory://") {
-        return Ok(());
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return field_error(
-                field,
-                format!("expected an absolute path after file:// (file:///var/lib/floe), got {url:?}"),
-            );
-        }
-        if path.trim_end_matches('/').is_empty() {
-            return field_error(
-                field,
-                format!(
-                    "{url:?} is the root of the file system: expected a directory for the job's \
-                     storage, like file:///var/lib/floe"
-                ),
-            );
-        }
-        return Ok(());
-    }
-    let scheme = url.split_once("://").map_or(url, |(s, _)| s);
-    field_error(
-        field,
-        format!(
-            "expected an s3:// or file:// URL, got {url:?}: the {scheme:?} scheme cannot be opened \
-             (for Google Cloud Storage use s3:// with its S3-compatible endpoint, \
-             s3.endpoint: https://storage.googleapis.com)"
-        ),
-    )
-}
-
 pub use floe_scheduler::parse_duration;
 
 /// FNV-1a of `text` as 16 hex digits: stable across processes and Rust versions, unlike
@@ -640,6 +605,10 @@ pub const READINESS_TIMEOUT_KEY: &str = "kubernetes.operator.deployment.readines
 /// How often the operator takes a savepoint of a running job (Flink Kubernetes Operator's key;
 /// unset or 0: never).
 pub const PERIODIC_SAVEPOINT_INTERVAL_KEY: &str = "kubernetes.operator.periodic.savepoint.interval";
+/// How long the JobManager of an ended job (FINISHED, FAILED, CANCELED) stays up to serve its
+/// REST API before the operator scales it to zero (Flink Kubernetes Operator's key; default
+/// 1 d). The status keeps the job's last state either way.
+pub const JM_SHUTDOWN_TTL_KEY: &str = "kubernetes.operator.jm-deployment.shutdown-ttl";
 /// How many completed savepoints `status.jobStatus.savepointInfo.savepointHistory` keeps.
 pub const SAVEPOINT_HISTORY_MAX_COUNT_KEY: &str = "kubernetes.operator.savepoint.history.max.count";
 
@@ -718,7 +687,7 @@ impl FlinkJobSpec {
             return field_error("spec.configuration[execution.batch-shuffle-mode]", e.to_string());
         }
         if let Some(storage) = &self.storage {
-            validate_storage_url(&storage.url)?;
+            storage.validate()?;
         }
         let checkpoints = self.storage.is_some()
             && self
@@ -749,6 +718,14 @@ impl FlinkJobSpec {
                 format!("expected a duration such as \"1 h\" or \"10 min\", got {v:?}"),
             );
         }
+        if let Some(v) = self.configuration.get(JM_SHUTDOWN_TTL_KEY)
+            && parse_duration(v).is_none()
+        {
+            return field_error(
+                format!("spec.configuration[{JM_SHUTDOWN_TTL_KEY}]"),
+                format!("expected a duration such as \"1 d\" or \"10 min\", got {v:?}"),
+            );
+        }
         if let Some(v) = self.configuration.get(SAVEPOINT_HISTORY_MAX_COUNT_KEY)
             && !v.trim().parse::<u32>().is_ok_and(|n| n > 0)
         {
@@ -758,7 +735,7 @@ impl FlinkJobSpec {
             );
         }
         if let Some(path) = &self.job.initial_savepoint_path {
-            validate_url("spec.job.initialSavepointPath", path)?;
+            storage::validate_url("spec.job.initialSavepointPath", path)?;
             if self.storage.is_none()
                 || !self
                     .configuration
@@ -809,7 +786,7 @@ apiVersion: floe.dev/v1alpha1
 kind: FlinkJob
 metadata: { name: wordcount }
 spec:
-  image: floe/worker:0.1.0
+  image: ghcr.io/floe-dev/floe-worker:0.1.0
   job:
     name: wordcount
     args: ["--input", "data/words.txt", "--output", "out/wordcount"]

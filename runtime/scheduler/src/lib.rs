@@ -29,7 +29,7 @@ pub use regions::PipelinedRegions;
 pub use scheduling::PipelinedRegionSchedulingStrategy;
 pub use state::{ExecutionState, JobStatus};
 
-/// Flink-style durations: `500 ms`, `1 s`, `2min`, `1 h`; a bare number is milliseconds. (Here
+/// Flink-style durations: `500 ms`, `1 s`, `2min`, `1 h`, `1 d`; a bare number is milliseconds. (Here
 /// because every crate that reads Flink's keys depends on this one.)
 pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
     let t = text.trim();
@@ -41,6 +41,7 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
         "s" | "sec" | "secs" | "second" | "seconds" => n * 1000,
         "min" | "m" | "minute" | "minutes" => n * 60_000,
         "h" | "hour" | "hours" => n * 3_600_000,
+        "d" | "day" | "days" => n * 86_400_000,
         _ => return None,
     };
     Some(std::time::Duration::from_millis(ms))

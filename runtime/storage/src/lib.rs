@@ -149,9 +149,6 @@ fn normalize_prefix(p: &str) -> String {
 }
 
 impl ObjectStore {
-    /// Opens a storage URL. `conf` may carry `s3.endpoint`, `s3.region`, `s3.access-key`,
-    /// `s3.secret-key` (else `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`).
     /// The job storage a job's configuration names (`floe.job-storage.url`, set from the
     /// FlinkJob's `spec.storage.url`): checkpoints, the operation log and remote partitions live
     /// there. `None` when the configuration has none.
@@ -162,6 +159,10 @@ impl ObjectStore {
         }
     }
 
+    /// Opens a storage URL. `conf` may carry `s3.endpoint`, `s3.region`, `s3.access-key`,
+    /// `s3.secret-key` (else `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, and `AWS_SESSION_TOKEN` for temporary credentials: in a cluster
+    /// they come from the Secret `spec.storage.credentialsSecret` names).
     pub fn open(url: &str, conf: &BTreeMap<String, String>) -> Result<ObjectStore> {
         install_http_client();
         let invalid = |reason: &str| Error::InvalidUrl {
@@ -189,6 +190,9 @@ impl ObjectStore {
             }
             if let Some(v) = setting(conf, "s3.secret-key", &["AWS_SECRET_ACCESS_KEY"]) {
                 b = b.secret_access_key(&v);
+            }
+            if let Some(v) = setting(conf, "s3.session-token", &["AWS_SESSION_TOKEN"]) {
+                b = b.session_token(&v);
             }
             (
                 Operator::new(b).map_err(io)?,

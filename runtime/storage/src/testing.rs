@@ -94,16 +94,7 @@ impl MotoServer {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        // CreateBucket: moto does not check signatures.
-        let mut s = TcpStream::connect(&address).unwrap();
-        write!(
-            s,
-            "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut reply = String::new();
-        s.read_to_string(&mut reply).unwrap();
-        assert!(reply.starts_with("HTTP/1.1 200"), "CreateBucket: {reply}");
+        create_bucket(&address, bucket);
         MotoServer {
             child,
             stdin,
@@ -140,4 +131,17 @@ impl Drop for MotoServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// CreateBucket on the moto server at `address` (moto does not check signatures).
+pub fn create_bucket(address: &str, bucket: &str) {
+    let mut s = TcpStream::connect(address).unwrap();
+    write!(
+        s,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "CreateBucket: {reply}");
 }

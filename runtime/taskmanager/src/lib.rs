@@ -185,7 +185,7 @@ type Served = tokio::task::JoinHandle<std::result::Result<(), tonic::transport::
 /// Binds, registers (retrying as [`TaskManagerConfig::registration_timeout`] says) and starts
 /// heartbeats; the TaskManager and its running server.
 async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
-    let listener = tokio::net::TcpListener::bind(config.bind)
+    let listener = floe_proto::net::bind(config.bind)
         .await
         .map_err(|cause| Error::Bind {
             address: config.bind.to_string(),
@@ -193,7 +193,7 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
         })?;
     let local = listener.local_addr().map_err(|e| Error::Serve(e.to_string()))?;
     let address = match &config.advertise_host {
-        Some(host) => format!("{host}:{}", local.port()),
+        Some(host) => floe_proto::net::host_port(host, local.port()),
         None => local.to_string(),
     };
     let shuffle = ShuffleEnvironment::new(ShuffleConfig {

@@ -607,13 +607,13 @@ impl JobManager {
 
     /// Serves gRPC and REST until the process is told to stop.
     pub async fn serve(self) -> Result<()> {
-        let rpc = tokio::net::TcpListener::bind(self.inner.config.rpc_address)
+        let rpc = floe_proto::net::bind(self.inner.config.rpc_address)
             .await
             .map_err(|cause| Error::Bind {
                 address: self.inner.config.rpc_address.to_string(),
                 cause,
             })?;
-        let rest = tokio::net::TcpListener::bind(self.inner.config.rest_address)
+        let rest = floe_proto::net::bind(self.inner.config.rest_address)
             .await
             .map_err(|cause| Error::Bind {
                 address: self.inner.config.rest_address.to_string(),
