@@ -89,6 +89,7 @@ fn recover(
         job_file: None,
         placement: None,
         env: Vec::new(),
+        properties: Vec::new(),
     };
     let cluster = LocalCluster::start(&spec).unwrap();
     let out = dir.join("out");

@@ -67,6 +67,7 @@ fn main() {
         job_file: Some(manifest),
         placement: None,
         env: Vec::new(),
+        properties: Vec::new(),
     };
     let started = Instant::now();
     let mut cluster = LocalCluster::start(&spec).unwrap();

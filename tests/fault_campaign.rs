@@ -517,6 +517,7 @@ fn run(seed: u64, shared: &Shared) -> Report {
             floe_taskmanager::history::HISTORY_DIR_ENV.to_string(),
             history.display().to_string(),
         )],
+        properties: Vec::new(),
     };
     let mut jobmanager_host = 0;
     let mut taken_over = false;

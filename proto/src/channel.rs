@@ -31,16 +31,24 @@ pub const CONTROL_KEEP_ALIVE: KeepAlive = KeepAlive {
     timeout: Duration::from_secs(4),
 };
 
-/// The endpoint for `http://{address}`: connect timeout, no Nagle delay, keep-alive pings.
+/// The endpoint for `address`: connect timeout, no Nagle delay, keep-alive pings; over mutual
+/// TLS (`https://`) when the process set up internal TLS ([`crate::tls::install`]), else
+/// `http://`.
 pub fn endpoint(
     address: &str,
     connect_timeout: Duration,
     keep_alive: KeepAlive,
 ) -> Result<Endpoint, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(format!("http://{address}"))?
+    let tls = crate::tls::installed();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))?
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .http2_keep_alive_interval(keep_alive.interval)
         .keep_alive_timeout(keep_alive.timeout)
-        .keep_alive_while_idle(true))
+        .keep_alive_while_idle(true);
+    match tls {
+        Some(tls) => endpoint.tls_config(tls.client()),
+        None => Ok(endpoint),
+    }
 }

@@ -6,6 +6,7 @@ pub mod channel;
 pub mod convert;
 pub mod fencing;
 pub mod net;
+pub mod tls;
 
 #[allow(missing_debug_implementations, clippy::all, clippy::unwrap_used)] // generated code
 pub mod v1 {

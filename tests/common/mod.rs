@@ -323,6 +323,7 @@ pub fn local_cluster(
         job_file: None,
         placement: None,
         env: Vec::new(),
+        properties: Vec::new(),
     };
     (floe::local_cluster::LocalCluster::start(&spec).unwrap(), dir)
 }

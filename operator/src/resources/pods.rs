@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource,
     EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretEnvSource, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    SecretEnvSource, SecretVolumeSource, SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -122,6 +122,18 @@ fn volumes(job: &FlinkJob, component: Component) -> (Vec<Volume>, Vec<VolumeMoun
         };
         add("config", CONFIG_DIR, true, config);
     }
+    // Flink's `kubernetes.secrets`: each Secret read-only at its path (internal TLS keys, ...).
+    let secrets = floe_manifest::kubernetes_secrets(&job.spec.configuration).unwrap_or_default();
+    for (i, mount) in secrets.into_iter().enumerate() {
+        let secret = Volume {
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(mount.secret),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        };
+        add(&format!("secret-{i}"), &mount.path, true, secret);
+    }
     let storage = job.spec.storage.as_ref();
     let claimed = storage.and_then(|s| Some((s.directory()?, s.persistent_volume_claim.as_ref()?)));
     let work_dir = match claimed {
@@ -190,7 +202,17 @@ pub(super) fn deployment(
                 "$(POD_NAME)".into(),
                 "--data-dir".into(),
                 "/tmp/floe".into(),
-            ],
+            ]
+            .into_iter()
+            // The JobManager reads its configuration from the manifest; a TaskManager gets the
+            // keys it needs as Flink's dynamic properties.
+            .chain(
+                spec.configuration
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("security.ssl.internal."))
+                    .map(|(k, v)| format!("-D{k}={v}")),
+            )
+            .collect(),
             vec![("data", TASKMANAGER_PORT)],
             spec.task_manager.resources.as_ref(),
         ),
@@ -495,6 +517,48 @@ mod tests {
         );
         let tm = container(&d.taskmanager).args.clone().unwrap().join(" ");
         assert!(tm.contains("--bind [::]:6121"), "{tm}");
+    }
+
+    /// Issue 13, item 12: internal TLS keys come from a Secret both pods mount read-only
+    /// (Flink's `kubernetes.secrets`); the TaskManagers get the `security.ssl.internal.*` keys as
+    /// dynamic properties, the JobManager reads them in its manifest.
+    #[test]
+    fn kubernetes_secrets_are_mounted_and_taskmanagers_get_the_internal_tls_keys() {
+        let mut job = example();
+        for (k, v) in [
+            ("kubernetes.secrets", "floe-internal-tls:/etc/floe/tls"),
+            ("security.ssl.internal.enabled", "true"),
+            ("security.ssl.internal.keystore", "/etc/floe/tls/tls.crt"),
+            ("security.ssl.internal.key", "/etc/floe/tls/tls.key"),
+            ("security.ssl.internal.truststore", "/etc/floe/tls/ca.crt"),
+        ] {
+            job.spec.configuration.insert(k.into(), v.into());
+        }
+        job.validate_for_cluster().unwrap();
+        let d = desired(&job, &defaults());
+        for deployment in [&d.jobmanager, &d.taskmanager] {
+            let (mount, volume) = mounted(deployment, "/etc/floe/tls").expect("the Secret is mounted");
+            assert_eq!(mount.read_only, Some(true));
+            let secret = volume.secret.as_ref().unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some("floe-internal-tls"));
+        }
+        let tm = container(&d.taskmanager).args.clone().unwrap();
+        for key in [
+            "enabled=true",
+            "keystore=/etc/floe/tls/tls.crt",
+            "truststore=/etc/floe/tls/ca.crt",
+        ] {
+            assert!(
+                tm.contains(&format!("-Dsecurity.ssl.internal.{key}")),
+                "{key}: {tm:?}"
+            );
+        }
+        let manifest = &d.config_map.data.as_ref().unwrap()[MANIFEST_FILE];
+        assert!(
+            manifest.contains("security.ssl.internal.keystore: /etc/floe/tls/tls.crt"),
+            "{manifest}"
+        );
+        assert!(!manifest.contains("BEGIN"), "no key material in the ConfigMap");
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub struct ClusterSpec {
     pub placement: Option<Placement>,
     /// Environment variables every process gets, besides this one's.
     pub env: Vec<(String, String)>,
+    /// Configuration every process gets as `-D key=value` (Flink's dynamic properties): the
+    /// job's `security.ssl.internal.*` keys.
+    pub properties: Vec<(String, String)>,
 }
 
 fn spawn(
@@ -158,6 +161,12 @@ impl LocalCluster {
             jm_args.push("--job-file".into());
             jm_args.push(file.display().to_string());
         }
+        let properties: Vec<String> = spec
+            .properties
+            .iter()
+            .map(|(k, v)| format!("-D{k}={v}"))
+            .collect();
+        jm_args.extend(properties.iter().cloned());
         let mut cluster = LocalCluster {
             rpc_address: String::new(),
             rest_address: String::new(),
@@ -222,6 +231,7 @@ impl LocalCluster {
                 "--data-dir".into(),
                 spec.work_dir.join(&name).display().to_string(),
             ];
+            args.extend(properties.iter().cloned());
             if let Some(host) = &host {
                 args.extend([
                     "--bind".into(),

@@ -78,6 +78,10 @@ enum Command {
         /// JobManager pods do), and keep serving its status after it ends.
         #[arg(long)]
         job_file: Option<PathBuf>,
+        /// Configuration of this process, Flink's dynamic properties: `-Dkey=value` (the
+        /// `security.ssl.internal.*` keys). A manifest's configuration counts too.
+        #[arg(short = 'D', value_name = "KEY=VALUE", value_parser = property)]
+        properties: Vec<(String, String)>,
     },
     /// Run a TaskManager that offers slots to a JobManager.
     Taskmanager {
@@ -102,6 +106,10 @@ enum Command {
         /// Default: keep trying, with backoff up to 10 s, as a pod should.
         #[arg(long)]
         registration_timeout_s: Option<u64>,
+        /// Configuration of this process, Flink's dynamic properties: `-Dkey=value` (the
+        /// `security.ssl.internal.*` keys).
+        #[arg(short = 'D', value_name = "KEY=VALUE", value_parser = property)]
+        properties: Vec<(String, String)>,
         #[arg(long)]
         exit_on_stdin_eof: bool,
     },
@@ -116,6 +124,14 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+}
+
+/// `key=value` of `-D`.
+fn property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
 }
 
 /// A failure and the exit code it maps to.
@@ -249,11 +265,21 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             slot_request_timeout_s,
             exit_on_stdin_eof: eof,
             job_file,
+            properties,
         } => {
             if eof {
                 exit_on_stdin_eof();
             }
             let application = job_file.as_deref().map(run_cmd::load_manifest).transpose()?;
+            let mut conf = application
+                .as_ref()
+                .map(|m| m.job_configuration())
+                .unwrap_or_default();
+            conf.extend(properties);
+            floe_proto::tls::install(&conf).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
             let config = floe_jobmanager::JobManagerConfig {
                 rpc_address,
                 rest_address,
@@ -288,10 +314,15 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
             data_dir,
             registration_timeout_s,
             exit_on_stdin_eof: eof,
+            properties,
         } => {
             if eof {
                 exit_on_stdin_eof();
             }
+            floe_proto::tls::install(&properties.into_iter().collect()).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
             let id = id.unwrap_or_else(|| format!("taskmanager-{}", std::process::id()));
             let data_dir = data_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("floe-{id}")));
             let config = floe_taskmanager::TaskManagerConfig {

@@ -58,6 +58,15 @@ fn progress_line(s: &JobStatusResponse, elapsed: Duration) -> String {
     )
 }
 
+/// The job's `security.ssl.internal.*` keys: every process of the local cluster gets them (`-D`),
+/// and this one sets up internal TLS from them to talk to its JobManager.
+fn internal_tls_properties(conf: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    conf.iter()
+        .filter(|(k, _)| k.starts_with("security.ssl.internal."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The manifest the local JobManager runs in application mode: job storage in the work directory
 /// (the manifest's `spec.storage` is the cluster's; a laptop keeps its own), and a uid naming this run,
 /// so a JobManager restarted during the run resumes this run's job and a new `floe run` starts anew.
@@ -108,6 +117,7 @@ const JOBMANAGER_RESTARTS: u32 = 3;
 /// job in application mode with an operation log in the work directory; if it dies, it is started
 /// again on the same ports and resumes the job from the log.
 pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> {
+    floe_proto::tls::install(&job.spec.configuration)?;
     let spec = ClusterSpec {
         exe: std::env::current_exe().context("cannot find the floe binary")?,
         taskmanagers: job.spec.task_manager.replicas,
@@ -121,6 +131,7 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
         job_file: Some(local_manifest(job, work_dir)?),
         placement: None,
         env: Vec::new(),
+        properties: internal_tls_properties(&job.spec.configuration),
     };
     let started = Instant::now();
     let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;
@@ -132,10 +143,19 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
         job.spec.task_manager.slots,
         cluster.log_dir.display()
     );
-    let endpoint = format!("http://{}", cluster.rpc_address);
-    let mut client = JobManagerClient::connect(endpoint.clone())
-        .await
-        .context("cannot reach the local JobManager")?;
+    // Over the job's internal TLS, when its configuration asks for it, as the processes talk.
+    let endpoint = floe_proto::channel::endpoint(
+        &cluster.rpc_address,
+        Duration::from_secs(5),
+        floe_proto::channel::CONTROL_KEEP_ALIVE,
+    )
+    .context("the local JobManager's address")?;
+    let mut client = JobManagerClient::new(
+        endpoint
+            .connect()
+            .await
+            .context("cannot reach the local JobManager")?,
+    );
     let tty = std::io::stderr().is_terminal();
     let mut last_print = Instant::now() - Duration::from_secs(60);
     let mut job_id = String::new();
@@ -167,9 +187,12 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
                     "\nJobManager {exit}; starting it again on the same ports (it resumes the job from its log)"
                 );
                 tokio::task::block_in_place(|| cluster.restart_jobmanager())?;
-                client = JobManagerClient::connect(endpoint.clone())
-                    .await
-                    .context("cannot reach the restarted JobManager")?;
+                client = JobManagerClient::new(
+                    endpoint
+                        .connect()
+                        .await
+                        .context("cannot reach the restarted JobManager")?,
+                );
                 continue;
             }
         };

@@ -18,7 +18,9 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize};
 
+mod secrets;
 mod storage;
+pub use secrets::{KUBERNETES_SECRETS_KEY, SecretMount, kubernetes_secrets};
 pub use storage::StorageSpec;
 
 pub const GROUP: &str = "floe.dev";

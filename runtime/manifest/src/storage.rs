@@ -78,10 +78,11 @@ impl StorageSpec {
 impl FlinkJob {
     /// [`FlinkJob::validate`] plus what a cluster needs (the operator's check): storage every pod
     /// reaches on any node (`s3://`, or `file://` on a PersistentVolumeClaim; not a node's directory,
-    /// not `memory://`), and no credential written in clear into the spec (the spec is copied into
-    /// the job's ConfigMap).
+    /// not `memory://`), no credential written in clear into the spec (the spec is copied into
+    /// the job's ConfigMap), internal TLS files from a mounted Secret.
     pub fn validate_for_cluster(&self) -> Result<()> {
         self.validate()?;
+        self.validate_secrets_for_cluster()?;
         let spec = &self.spec;
         if let Some(storage) = &spec.storage {
             if storage.url.starts_with("memory://") {

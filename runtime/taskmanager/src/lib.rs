@@ -219,7 +219,8 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
             data_dir: config.data_dir.clone(),
         }),
     };
-    let server = tonic::transport::Server::builder()
+    let server = floe_proto::tls::server_builder()
+        .map_err(|e| Error::Serve(format!("internal TLS: {e}")))?
         .add_service(TaskExecutorServer::new(tm.clone()).max_decoding_message_size(64 << 20))
         .add_service(shuffle.service())
         .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener));

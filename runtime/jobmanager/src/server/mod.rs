@@ -643,7 +643,8 @@ impl JobManager {
         });
         let app = crate::rest::router(self.clone());
         let rest_server = tokio::spawn(async move { axum::serve(rest, app).await });
-        let grpc = tonic::transport::Server::builder()
+        let grpc = floe_proto::tls::server_builder()
+            .map_err(|e| Error::Serve(format!("internal TLS: {e}")))?
             .add_service(JobManagerServer::new(self.clone()).max_decoding_message_size(64 << 20))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(rpc));
         tokio::select! {
