@@ -116,15 +116,7 @@ fn wordcount_over_tls() -> Result<(), Failed> {
     let conf: Vec<(&str, &str)> = conf.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let output = dir.join("out");
     let manifest = common::wordcount_manifest(&dir, &input, &output, "batch", 4, 2, 2, &conf);
-    let out = common::floe_run(&manifest, &dir.join("work"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "floe run failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
+    common::floe_run_ok(&manifest, &dir.join("work"))?;
     common::assert_batch_output(&output, &reference);
     // The JobManager's RPC port speaks TLS only: its log says so.
     let log = std::fs::read_to_string(dir.join("work/logs/jobmanager.log")).unwrap_or_default();

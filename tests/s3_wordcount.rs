@@ -37,15 +37,7 @@ fn wordcount_on_s3(server: &MotoServer, mode: &str, parallelism: u32, mib: u64) 
         2,
         &conf,
     );
-    let out = common::floe_run(&manifest, &dir.join("work"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        return Err(format!(
-            "floe run failed: {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
+    let stdout = common::floe_run_ok(&manifest, &dir.join("work"))?;
     assert!(stdout.contains("FINISHED"), "{stdout}");
     let lines = common::s3_output(&data.scoped("out"), &rt);
     match mode {

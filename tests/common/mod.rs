@@ -182,6 +182,20 @@ pub fn floe_run(manifest: &Path, work_dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
+/// [`floe_run`] that must succeed: its stdout, or what it said when it did not.
+pub fn floe_run_ok(manifest: &Path, work_dir: &Path) -> Result<String, String> {
+    let out = floe_run(manifest, work_dir);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "floe run failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// Minimal HTTP/1.1 client for the REST API: (status code, JSON body).
 pub fn http(method: &str, address: &str, path: &str) -> (u16, serde_json::Value) {
     try_http(method, address, path).unwrap_or_else(|| panic!("{method} http://{address}{path}: no answer"))
