@@ -14,6 +14,7 @@ pub mod render;
 pub mod resources;
 pub mod savepoints;
 pub mod status;
+pub mod uninstall;
 pub mod workloads;
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ enum Command {
         )]
         default_image: String,
     },
+    /// Remove the operator's finalizer from every FlinkJob (the chart's pre-delete hook), so that
+    /// FlinkJobs and their namespaces can be deleted after the operator is gone.
+    ReleaseFinalizers,
     /// Run the controller.
     Run {
         /// Worker image for FlinkJobs without spec.image.
@@ -124,6 +127,15 @@ async fn run() -> anyhow::Result<()> {
             print!(
                 "{}",
                 render_yaml(&job, &defaults, k8s_openapi::jiff::Timestamp::now(), what)
+            );
+        }
+        Command::ReleaseFinalizers => {
+            let client = kube::Client::try_default().await?;
+            let released = floe_operator::uninstall::release_finalizers(client).await?;
+            println!(
+                "released the finalizer of {} FlinkJob(s): {}",
+                released.len(),
+                released.join(", ")
             );
         }
         Command::Run {
