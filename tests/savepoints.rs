@@ -7,8 +7,10 @@
 //! fault-free output exactly (no update lost, none twice), for both state backends. A
 //! `last-state` upgrade (the first deployment's processes killed, the second at another
 //! parallelism) starts from the first's latest checkpoint, exactly once; and requests a job
-//! cannot serve are answered with what is wrong. (Unclaimed state and a changed max parallelism
-//! are refused by the JobMaster: its unit tests.)
+//! cannot serve are answered with what is wrong. Through the manifests `floe-operator render`
+//! makes: three FlinkJob generations (savepoint, rescale, last-state) continue the counts, and a
+//! failed upgrade rolls back to the stable spec from the upgrade's savepoint. (Unclaimed state and
+//! a changed max parallelism are refused by the JobMaster: its unit tests.)
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -269,10 +271,23 @@ fn flinkjob(
     mode: &str,
     status: Option<&serde_json::Value>,
 ) -> String {
+    flinkjob_with(dir, generation, parallelism, mode, &dir.join("out"), "", status)
+}
+
+/// [`flinkjob`] writing to `output`, with `conf` (lines) added to its configuration.
+fn flinkjob_with(
+    dir: &Path,
+    generation: u32,
+    parallelism: u32,
+    mode: &str,
+    output: &Path,
+    conf: &str,
+    status: Option<&serde_json::Value>,
+) -> String {
     let status = status.map(|s| format!("status: {s}\n")).unwrap_or_default();
     format!(
-        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: upgrades, namespace: jobs, uid: u-1, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n    upgradeMode: {mode}\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\", persistentVolumeClaim: floe-jobs }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n{status}",
-        dir.join("out").display(),
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: upgrades, namespace: jobs, uid: u-1, generation: {generation} }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"5000\", \"--aggregate\", \"sum\"]\n    parallelism: {parallelism}\n    mode: streaming\n    upgradeMode: {mode}\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\", persistentVolumeClaim: floe-jobs }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n{conf}{status}",
+        output.display(),
         dir.join("storage").display(),
     )
 }
@@ -381,6 +396,84 @@ fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Issue 13 part 2, rollback with real processes: generation 1 (savepoint mode, rollback on,
+/// readiness timeout 1 s) runs and is recorded stable; the upgrade to generation 2 stops it with a
+/// savepoint; generation 2 starts from it and fails (its output is a file). Past the readiness
+/// timeout the operator's status says ROLLED_BACK, and the manifest it renders is generation 1's
+/// spec starting from the upgrade's savepoint: that deployment finishes the job, and the counts of
+/// both of generation 1's runs together equal the reference exactly.
+fn a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint() -> Result<(), Failed> {
+    let dir = common::scratch("savepoints-rollback");
+    let output = dir.join("out");
+    let conf = "    kubernetes.operator.deployment.rollback.enabled: \"true\"\n    kubernetes.operator.deployment.readiness.timeout: \"1 s\"\n";
+    let first = flinkjob_with(&dir, 1, 2, "savepoint", &output, conf, None);
+    let (m1, _) = operator_manifest(&dir, "gen-1", &first);
+    let (jm, tm, rest, id) = running(&m1, &dir, "jm-1.log");
+    wait_checkpoints(&rest, &id, 2);
+    // What the operator writes once generation 1's job runs: it is the stable spec.
+    let mut status: serde_json::Value =
+        serde_json::from_str(&render(&dir, "gen-1", &first, "--status")).unwrap();
+    let stable = floe_manifest::FlinkJob::from_yaml(&first).unwrap().spec;
+    status["lastStableSpec"] = serde_json::json!({
+        "generation": 1,
+        "spec": serde_json::to_string(&stable).unwrap(),
+    });
+    let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
+    let done = wait_job(&rest, Duration::from_secs(30), |j| j["state"] != "RUNNING");
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    drop((jm, tm));
+    let stopped_after = assert_gapless_prefix(&output);
+    status["jobStatus"]["upgradeSavepointPath"] = location.clone().into();
+    // Generation 2 cannot run: its output is a file.
+    let not_a_directory = dir.join("not-a-directory");
+    std::fs::write(&not_a_directory, "a file").unwrap();
+    let second = flinkjob_with(&dir, 2, 3, "savepoint", &not_a_directory, conf, Some(&status));
+    let (m2, from) = operator_manifest(&dir, "gen-2", &second);
+    assert_eq!(from.as_deref(), Some(location.as_str()));
+    let (jm, rpc, rest) = jobmanager(&m2, &dir.join("jm-2.log"));
+    let tm = taskmanager(&rpc, 4);
+    let failed = wait_job(&rest, Duration::from_secs(30), |j| {
+        matches!(j["state"].as_str(), Some("FAILED" | "FINISHED"))
+    });
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    drop((jm, tm));
+    let deployed: serde_json::Value =
+        serde_json::from_str(&render(&dir, "gen-2", &second, "--status")).unwrap();
+    assert_eq!(deployed["deployed"]["generation"], 2, "{deployed}");
+    assert!(
+        deployed["rolledBackGeneration"].is_null(),
+        "within the timeout: {deployed}"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = flinkjob_with(&dir, 2, 3, "savepoint", &not_a_directory, conf, Some(&deployed));
+    let rolled: serde_json::Value =
+        serde_json::from_str(&render(&dir, "gen-2-later", &later, "--status")).unwrap();
+    assert_eq!(rolled["lifecycleState"], "ROLLED_BACK", "{rolled}");
+    assert_eq!(rolled["rolledBackGeneration"], 2, "{rolled}");
+    let rolled_back = flinkjob_with(&dir, 2, 3, "savepoint", &not_a_directory, conf, Some(&rolled));
+    let (m3, from) = operator_manifest(&dir, "gen-2-rolled-back", &rolled_back);
+    assert_eq!(
+        from.as_deref(),
+        Some(location.as_str()),
+        "the stable spec starts from the upgrade's savepoint"
+    );
+    let manifest = floe_manifest::FlinkJob::from_yaml(&std::fs::read_to_string(&m3).unwrap()).unwrap();
+    assert_eq!(
+        manifest.spec.job, stable.job,
+        "generation 1's job: {:?}",
+        manifest.spec.job
+    );
+    let (_jm, _tm, rest, _) = running(&m3, &dir, "jm-3.log");
+    finished(&rest, &dir.join("jm-3.log"));
+    common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
+    println!(
+        "rollback: generation 1 stopped with a savepoint after {stopped_after} updates, generation 2 FAILED, \
+         rolled back to generation 1's spec from that savepoint; output exact"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// The REST answer's first error says `needle`.
 fn assert_error(answer: &serde_json::Value, needle: &str) {
     let message = answer["errors"][0].as_str().unwrap_or_default();
@@ -444,6 +537,10 @@ fn main() {
         Trial::test(
             "operator_upgrades_continue_the_counts_exactly",
             operator_upgrades_continue_the_counts_exactly,
+        ),
+        Trial::test(
+            "a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint",
+            a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();
