@@ -12,7 +12,8 @@
 //!    (`status.jobStatus.parallelism`), then is suspended (no pods left) and resumed (RUNNING).
 //!
 //! Needs `kind`, `kubectl`, `helm` and a Docker engine, and the cluster pulls the moto image from
-//! Docker Hub. Where a tool is missing the test prints `SKIPPED: <what is missing>` and is reported
+//! Docker Hub. With `FLOE_E2E_IMAGES=release` (the e2e-kind workflow) the images are the release
+//! build: the Dockerfiles' default target on the default distroless base. Where a tool is missing the test prints `SKIPPED: <what is missing>` and is reported
 //! as ignored, never as passed; with `FLOE_E2E_REQUIRE=1` (the e2e-kind CI workflow) a missing
 //! tool fails it instead.
 #![allow(clippy::unwrap_used)]
@@ -141,7 +142,13 @@ fn free_port() -> u16 {
 }
 
 fn start() -> Result<Cluster, Failed> {
-    images::build_images();
+    // The workflow runs the release images (distroless base, binaries built inside); elsewhere
+    // the images are built from this build's binaries on a base of the host's libraries.
+    if std::env::var("FLOE_E2E_IMAGES").as_deref() == Ok("release") {
+        images::build_release_images();
+    } else {
+        images::build_images();
+    }
     let name = format!("floe-e2e-{}", std::process::id());
     let dir = common::scratch("kind");
     let kubeconfig = dir.join("kubeconfig");
