@@ -119,6 +119,10 @@ impl TaskManager {
             let Some(entry) = tasks.get_mut(&k) else {
                 return;
             };
+            // The first final state stands: a shutdown recorded its own before aborting the task.
+            if entry.final_report.is_some() {
+                return;
+            }
             entry.final_report = Some(report.clone());
         }
         let this = self.clone();
@@ -175,27 +179,33 @@ impl TaskManager {
     /// FAILED with `why`, the reports sent together and awaited up to
     /// [`crate::SHUTDOWN_REPORT_TIMEOUT`].
     pub(crate) async fn shut_down(&self, why: &str) {
-        let live: Vec<(pb::ExecutionAttemptId, Arc<TaskMetrics>)> = {
-            let tasks = lock(&self.inner.tasks);
-            tasks
-                .iter()
-                .filter(|(_, e)| e.final_report.is_none())
-                .map(|(k, e)| {
+        // Every live task's final state is the shutdown, recorded before any task is aborted: a
+        // task that fails because another one was aborted first (a consumer whose local producer
+        // stopped) must not report that as the cause, racing the shutdown's report.
+        let live: Vec<pb::TaskExecutionStateUpdate> = {
+            let mut tasks = lock(&self.inner.tasks);
+            let mut live = Vec::new();
+            for (k, e) in tasks.iter_mut().filter(|(_, e)| e.final_report.is_none()) {
+                let report = self.update(
+                    &attempt_id(k),
+                    ExecutionState::Failed,
+                    why.to_string(),
+                    Vec::new(),
+                    Some(&e.metrics),
+                );
+                e.final_report = Some(report.clone());
+                live.push((k.clone(), report));
+            }
+            for (k, _) in &live {
+                if let Some(e) = tasks.get(k) {
                     e.abort.abort();
-                    (attempt_id(k), e.metrics.clone())
-                })
-                .collect()
+                }
+            }
+            live.into_iter().map(|(_, report)| report).collect()
         };
         tracing::warn!(tasks = live.len(), "{why}: failing every task");
         let mut reports = tokio::task::JoinSet::new();
-        for (id, metrics) in &live {
-            let report = self.update(
-                id,
-                ExecutionState::Failed,
-                why.to_string(),
-                Vec::new(),
-                Some(metrics),
-            );
+        for report in live {
             let mut jobmanager = self.inner.jobmanager.clone();
             reports.spawn(async move { jobmanager.update_task_execution_state(report).await });
         }
