@@ -323,6 +323,26 @@ fn operator_manifest(dir: &Path, name: &str, flinkjob: &str) -> (PathBuf, Option
     )
 }
 
+/// What the operator does before a savepoint-mode upgrade: stops the job of `processes` with a
+/// savepoint (it ends FINISHED, its committed output a gapless prefix) and records the savepoint in
+/// `status` for the next deployment. The savepoint, and the updates committed before the stop.
+fn stop_for_an_upgrade(
+    processes: (Proc, Proc),
+    rest: &str,
+    id: &str,
+    dir: &Path,
+    output: &Path,
+    status: &mut serde_json::Value,
+) -> (String, u64) {
+    let location = savepoint(rest, id, &dir.join("savepoints"), true);
+    let done = wait_job(rest, Duration::from_secs(30), |j| j["state"] != "RUNNING");
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    drop(processes);
+    let stopped_after = assert_gapless_prefix(output);
+    status["jobStatus"]["upgradeSavepointPath"] = location.clone().into();
+    (location, stopped_after)
+}
+
 /// Issue 13 part 2, through the operator's own objects: the JobManagers run the manifests
 /// `floe-operator render` makes for each FlinkJob generation, as its ConfigMap would carry them.
 /// Generation 1 (savepoint mode, parallelism 2) stops with a savepoint as the operator does
@@ -340,12 +360,7 @@ fn operator_upgrades_continue_the_counts_exactly() -> Result<(), Failed> {
     let mut status: serde_json::Value =
         serde_json::from_str(&render(&dir, "gen-1", &first, "--status")).unwrap();
     // The upgrade to generation 2: the operator stops the job with a savepoint and records it.
-    let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
-    let done = wait_job(&rest, Duration::from_secs(30), |j| j["state"] != "RUNNING");
-    assert_eq!(done["state"], "FINISHED", "{done}");
-    drop((jm, tm));
-    let stopped_after = assert_gapless_prefix(&output);
-    status["jobStatus"]["upgradeSavepointPath"] = location.clone().into();
+    let (location, stopped_after) = stop_for_an_upgrade((jm, tm), &rest, &id, &dir, &output, &mut status);
     let second = flinkjob(&dir, 2, 3, "savepoint", Some(&status));
     let (m2, from) = operator_manifest(&dir, "gen-2", &second);
     assert_eq!(
@@ -418,12 +433,7 @@ fn a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint() -> Result
         "generation": 1,
         "spec": serde_json::to_string(&stable).unwrap(),
     });
-    let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
-    let done = wait_job(&rest, Duration::from_secs(30), |j| j["state"] != "RUNNING");
-    assert_eq!(done["state"], "FINISHED", "{done}");
-    drop((jm, tm));
-    let stopped_after = assert_gapless_prefix(&output);
-    status["jobStatus"]["upgradeSavepointPath"] = location.clone().into();
+    let (location, stopped_after) = stop_for_an_upgrade((jm, tm), &rest, &id, &dir, &output, &mut status);
     // Generation 2 cannot run: its output is a file.
     let not_a_directory = dir.join("not-a-directory");
     std::fs::write(&not_a_directory, "a file").unwrap();
