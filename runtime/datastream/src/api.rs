@@ -19,11 +19,12 @@ use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyRefFn, MapOp, OpContext, OpFactory,
-    SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup, SumGrouper,
-    downcast, erase,
+    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyRefFn, KeyedProcessFunction,
+    KeyedProcessOperator, MapOp, OpContext, OpFactory, SortedProcess, SortedReduce, StreamingProcess,
+    StreamingReduce, StreamingSumGroups, SumGroup, SumGrouper, downcast, erase,
 };
 use crate::task::{Head, KeyHasher, SourceHead, StreamType, TypeOf};
+use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 pub use crate::types::RuntimeMode;
 use crate::types::{KeyMap, TaskMetrics};
 
@@ -74,6 +75,9 @@ pub(crate) struct StreamNode {
 pub(crate) struct Shared {
     pub nodes: Vec<StreamNode>,
     pub mode: RuntimeMode,
+    /// Some stream has event time (timestamps assigned, timers or windows): the job's exchanges
+    /// carry stream elements with timestamps and watermarks (`crate::time`).
+    pub timed: bool,
 }
 
 pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -99,6 +103,8 @@ pub struct StreamExecutionEnvironment {
     pub(crate) buffer_timeout: Option<Duration>,
     pub(crate) buffer_size: usize,
     pub(crate) chaining: bool,
+    /// `pipeline.auto-watermark-interval`.
+    pub(crate) auto_watermark_interval: Duration,
 }
 
 impl std::fmt::Debug for StreamExecutionEnvironment {
@@ -117,6 +123,7 @@ impl Default for StreamExecutionEnvironment {
             shared: Arc::new(Mutex::new(Shared {
                 nodes: Vec::new(),
                 mode: RuntimeMode::Streaming,
+                timed: false,
             })),
             configuration: BTreeMap::new(),
             parallelism: 1,
@@ -126,6 +133,7 @@ impl Default for StreamExecutionEnvironment {
             buffer_timeout: Some(DEFAULT_BUFFER_TIMEOUT),
             buffer_size: DEFAULT_BUFFER_SIZE,
             chaining: true,
+            auto_watermark_interval: crate::time::DEFAULT_AUTO_WATERMARK_INTERVAL,
         }
     }
 }
@@ -199,6 +207,13 @@ impl StreamExecutionEnvironment {
                     }
                 }
                 "taskmanager.memory.segment-size" => env.buffer_size = parse_memory_size(key, v)?,
+                crate::time::AUTO_WATERMARK_INTERVAL_KEY => {
+                    env.auto_watermark_interval = crate::checkpoint::parse_duration(v)
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| {
+                            Error::config(key, v, "expected a positive duration like \"200 ms\" or \"1 s\"")
+                        })?
+                }
                 _ => {}
             }
         }
@@ -502,6 +517,36 @@ impl<T: Data> DataStream<T> {
             })))
         });
         self.add_operator("flat-map", "FlatMap", Par::Default, self.plain_input(), factory)
+    }
+
+    /// Gives every record a timestamp and the stream watermarks (Flink's
+    /// `assignTimestampsAndWatermarks`): chained to its input, it replaces upstream watermarks
+    /// with the strategy's, emitted every `pipeline.auto-watermark-interval`.
+    pub fn assign_timestamps_and_watermarks(&self, strategy: WatermarkStrategy<T>) -> DataStream<T> {
+        lock(&self.shared).timed = true;
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            let time = ctx
+                .time
+                .clone()
+                .ok_or_else(|| Error::Graph("timestamps assigned in a job without event time".into()))?;
+            Ok(erase::<T>(Box::new(TimestampsAndWatermarks::new(
+                strategy.clone(),
+                time,
+                ctx.metrics.clone(),
+                downcast::<T>(down)?,
+            ))))
+        });
+        self.add_operator(
+            "timestamps",
+            "Timestamps/Watermarks",
+            Par::SameAsInput,
+            NodeInput {
+                node: self.node,
+                partitioner: self.partitioner,
+                key: None,
+            },
+            factory,
+        )
     }
 
     pub fn filter<F: Fn(&T) -> bool + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
@@ -812,6 +857,33 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                     _in: PhantomData,
                 }))
             })
+        });
+        let input = self.hash_input(self.stream.node);
+        self.stream
+            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
+    }
+
+    /// A [`KeyedProcessFunction`] over this keyed stream (Flink's `process(KeyedProcessFunction)`):
+    /// per-key state and event-time and processing-time timers, checkpointed in either state
+    /// backend. In BATCH the same operator runs; event time ends with the input.
+    pub fn process_function<O, F>(&self, f: F) -> DataStream<O>
+    where
+        O: Data,
+        F: KeyedProcessFunction<K, T, O>,
+    {
+        lock(&self.stream.shared).timed = true;
+        let f = Arc::new(f);
+        let key = self.key.clone();
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
+            Ok(erase::<T>(Box::new(KeyedProcessOperator::<T, K, O, F>::new(
+                key.clone(),
+                f.clone(),
+                state,
+                timers,
+                ctx.task_time()?,
+                downcast::<O>(down)?,
+            ))))
         });
         let input = self.hash_input(self.stream.node);
         self.stream

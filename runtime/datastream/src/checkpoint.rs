@@ -12,6 +12,7 @@ use floe_state::{HashMapStateBackend, KeyedStateBackend, PreparedSnapshot};
 
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
+use crate::time::timers::{TimeDomain, Timers, decode_timer_entry, timer_entry_key};
 use crate::types::{KeyMap, RuntimeMode};
 
 pub use floe_scheduler::parse_duration;
@@ -288,6 +289,61 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
     }
 
     /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
+    /// Like `update`, but `g` says whether the key keeps any state: `false` removes the key's
+    /// entry (a window operator's key with no window left, a process function's cleared state).
+    pub(crate) fn update_keep(&mut self, key: &K, g: impl FnOnce(&K, &mut V) -> bool)
+    where
+        V: Default,
+    {
+        match self {
+            Keyed::Heap { map, .. } => match map.get_mut(key) {
+                Some(slot) => {
+                    if !g(key, slot.get_or_insert_with(V::default)) {
+                        map.remove(key);
+                    }
+                }
+                None => {
+                    let mut state = V::default();
+                    if g(key, &mut state) {
+                        map.insert(key.clone(), Some(state));
+                    }
+                }
+            },
+            Keyed::Store { table, .. } => table.update_keep(key, g),
+        }
+    }
+
+    /// A timer of `key` was registered (`present`) or deleted: a byte-level backend holds it as
+    /// keyed state at once (so its snapshots have it); the heap writes timers at a snapshot.
+    pub(crate) fn set_timer(&mut self, domain: TimeDomain, key: &K, timestamp: i64, present: bool) {
+        if let Keyed::Store { table, .. } = self {
+            table.set_timer(domain, key, timestamp, present);
+        }
+    }
+
+    /// [`Keyed::prepare_snapshot`] with the operator's timers in it.
+    pub(crate) fn prepare_snapshot_with_timers(
+        &mut self,
+        checkpoint: u64,
+        timers: &Timers<K>,
+    ) -> Result<Box<dyn PreparedSnapshot>>
+    where
+        K: Ord,
+    {
+        match self {
+            Keyed::Heap {
+                map,
+                key_groups,
+                max_parallelism,
+            } => {
+                let mut full = heap_snapshot(map, key_groups, *max_parallelism)?;
+                write_timers(&mut full, timers, *max_parallelism)?;
+                full.prepare_snapshot(checkpoint).map_err(state_error)
+            }
+            Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
+        }
+    }
+
     pub(crate) fn heap_slot<Q>(&mut self, key: &Q) -> Option<&mut Option<V>>
     where
         K: std::borrow::Borrow<Q>,
@@ -314,24 +370,121 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                 map,
                 key_groups,
                 max_parallelism,
-            } => {
-                let mut full = HashMapStateBackend::new(key_groups.clone());
-                let (mut key, mut value) = (Vec::new(), Vec::new());
-                for (k, v) in map.iter() {
-                    let Some(v) = v else { continue };
-                    let kg = key_group_for_hash(key_hash(k, &mut key), *max_parallelism);
-                    value.clear();
-                    v.encode(&mut value);
-                    full.put(KEYED_STATE, kg, &key, &value).map_err(state_error)?;
-                }
-                full.prepare_snapshot(checkpoint).map_err(state_error)
-            }
+            } => heap_snapshot(map, key_groups, *max_parallelism)?
+                .prepare_snapshot(checkpoint)
+                .map_err(state_error),
             Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
         }
     }
 }
 
+/// Every timer as a keyed state entry of its key's key group.
+pub(crate) fn write_timers<K: Data + Ord>(
+    backend: &mut HashMapStateBackend,
+    timers: &Timers<K>,
+    max_parallelism: u32,
+) -> Result<()> {
+    let (mut key, mut entry) = (Vec::new(), Vec::new());
+    for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+        for (ts, k) in timers.iter(domain) {
+            let kg = key_group_for_hash(key_hash(k, &mut key), max_parallelism);
+            timer_entry_key(k, *ts, &mut entry);
+            backend
+                .put(domain.state_name(), kg, &entry, &[])
+                .map_err(state_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// The heap state of a keyed operator as a full snapshot's entries.
+pub(crate) fn heap_snapshot<K: Data, V: Data>(
+    map: &KeyMap<K, Option<V>>,
+    key_groups: &Range<u32>,
+    max_parallelism: u32,
+) -> Result<HashMapStateBackend> {
+    let mut full = HashMapStateBackend::new(key_groups.clone());
+    let (mut key, mut value) = (Vec::new(), Vec::new());
+    for (k, v) in map.iter() {
+        let Some(v) = v else { continue };
+        let kg = key_group_for_hash(key_hash(k, &mut key), max_parallelism);
+        value.clear();
+        v.encode(&mut value);
+        full.put(KEYED_STATE, kg, &key, &value).map_err(state_error)?;
+    }
+    Ok(full)
+}
+
+/// The timers a keyed snapshot holds (both domains), for the operator that takes `init`.
+pub(crate) fn restore_timers<K: Data + Ord>(init: Option<&KeyedStateInit>) -> Result<Timers<K>> {
+    let mut timers = Timers::default();
+    for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+        let entries: Vec<Vec<u8>> = match init {
+            None => Vec::new(),
+            Some(KeyedStateInit::Heap(h)) => h
+                .entries(domain.state_name())
+                .map(|(_, k, _)| k.to_vec())
+                .collect(),
+            Some(KeyedStateInit::Backend(b)) => b
+                .entries(domain.state_name())
+                .map_err(state_error)?
+                .into_iter()
+                .map(|(_, k, _)| k)
+                .collect(),
+        };
+        for entry in entries {
+            let (key, ts) = decode_timer_entry::<K>(&entry).map_err(|e| restore_error("timer", e))?;
+            timers.register(domain, key, ts);
+        }
+    }
+    Ok(timers)
+}
+
 impl StoreTable {
+    fn update_keep<K: Data, V: Data + Default>(&mut self, key: &K, g: impl FnOnce(&K, &mut V) -> bool) {
+        if self.failure.is_some() {
+            return;
+        }
+        let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
+        let result = (|| -> Result<()> {
+            let mut state = match self
+                .backend
+                .get(KEYED_STATE, kg, &self.key)
+                .map_err(state_error)?
+            {
+                Some(bytes) => V::decode(&mut bytes.as_slice())?,
+                None => V::default(),
+            };
+            if g(key, &mut state) {
+                self.value.clear();
+                state.encode(&mut self.value);
+                self.backend.put(KEYED_STATE, kg, &self.key, &self.value)
+            } else {
+                self.backend.delete(KEYED_STATE, kg, &self.key)
+            }
+            .map_err(state_error)
+        })();
+        if let Err(e) = result {
+            self.failure = Some(e.to_string());
+        }
+    }
+
+    fn set_timer<K: Data>(&mut self, domain: TimeDomain, key: &K, timestamp: i64, present: bool) {
+        if self.failure.is_some() {
+            return;
+        }
+        let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
+        timer_entry_key(key, timestamp, &mut self.value);
+        let result = if present {
+            self.backend.put(domain.state_name(), kg, &self.value, &[])
+        } else {
+            self.backend.delete(domain.state_name(), kg, &self.value)
+        };
+        if let Err(e) = result {
+            self.failure = Some(e.to_string());
+        }
+    }
+
     fn update<K: Data, V: Data + Default>(&mut self, key: &K, g: impl FnOnce(&K, &mut V)) {
         if self.failure.is_some() {
             return;

@@ -39,6 +39,8 @@ pub struct BuiltJob {
     buffer_size: usize,
     configuration: BTreeMap<String, String>,
     fingerprint: String,
+    /// A timed job's `pipeline.auto-watermark-interval`; `None` when the job has no event time.
+    time_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for BuiltJob {
@@ -63,9 +65,9 @@ fn fnv64(bytes: &[u8]) -> u64 {
 impl StreamExecutionEnvironment {
     /// Turns the recorded stream graph into a JobGraph (chained) and the per-vertex plans.
     pub fn build(&self) -> Result<BuiltJob> {
-        let (nodes, mode) = {
+        let (nodes, mode, timed) = {
             let g = lock(&self.shared);
-            (g.nodes.clone(), g.mode)
+            (g.nodes.clone(), g.mode, g.timed)
         };
         if nodes.is_empty() {
             return Err(Error::Graph("the job defines no operators".into()));
@@ -223,6 +225,7 @@ impl StreamExecutionEnvironment {
             buffer_size: self.buffer_size,
             configuration: self.configuration.clone(),
             fingerprint,
+            time_interval: timed.then_some(self.auto_watermark_interval),
         })
     }
 }
@@ -352,6 +355,9 @@ impl BuiltJob {
             keyed_state: std::sync::Arc::new(std::sync::Mutex::new(ctx.keyed_state)),
             restore: ctx.restore.clone(),
             checkpointing: ctx.checkpointing.is_some(),
+            time: self
+                .time_interval
+                .map(|interval| std::sync::Arc::new(crate::time::TaskTime::new(interval))),
         };
         let (flush_each_record, flush_interval) = match ctx.buffer_timeout {
             Some(t) if t.is_zero() => (true, None),
@@ -377,6 +383,7 @@ impl BuiltJob {
                     ctx.buffer_size,
                     flush_each_record,
                     ctx.metrics.clone(),
+                    op_ctx.time.clone(),
                 )?;
                 (w, None, plan.chain.len())
             }
@@ -394,7 +401,8 @@ impl BuiltJob {
                 .out_type
                 .as_ref()
                 .ok_or_else(|| fail("input has no record type".into()))?;
-            ty.input_head(down, ctx.metrics.clone())
+            let channels = ctx.inputs.first().map_or(1, |g| g.num_channels());
+            ty.input_head(down, ctx.metrics.clone(), op_ctx.time.clone(), channels)
         };
         let head = match &first.kind {
             NodeKind::Source(factory) => factory(&op_ctx, down)?,
@@ -411,6 +419,7 @@ impl BuiltJob {
             sink,
             flush_interval,
             checkpointing: ctx.checkpointing,
+            time: op_ctx.time.clone(),
         })
     }
 }

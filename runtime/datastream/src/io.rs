@@ -1373,6 +1373,7 @@ mod tests {
             keyed_state: Arc::default(),
             restore,
             checkpointing: true,
+            time: None,
         }
     }
 

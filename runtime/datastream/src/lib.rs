@@ -20,6 +20,7 @@ mod jobs;
 mod operators;
 mod state;
 mod task;
+mod time;
 mod types;
 
 pub use api::{
@@ -32,6 +33,11 @@ pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
 pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
-pub use operators::Collector;
+pub use operators::{Collector, KeyedContext, KeyedProcessFunction};
 pub use state::{ListState, MapState, ValueState};
 pub use task::{Task, TaskContext, TaskMetrics};
+pub use time::timers::TimeDomain;
+pub use time::{
+    AUTO_WATERMARK_INTERVAL_KEY, DEFAULT_AUTO_WATERMARK_INTERVAL, MAX_WATERMARK, MIN_WATERMARK,
+    WatermarkStrategy,
+};

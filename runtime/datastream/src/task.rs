@@ -20,6 +20,9 @@ use crate::data::{Data, KeyGroupRouter};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
 use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
+use crate::time::element::{self, Header};
+use crate::time::valve::WatermarkValve;
+use crate::time::{TaskTime, TimeEvent};
 pub use crate::types::TaskMetrics;
 use crate::types::Wait;
 
@@ -112,6 +115,9 @@ pub(crate) struct RecordWriter<T> {
     flush_each_record: bool,
     count: u64,
     metrics: Arc<TaskMetrics>,
+    /// A timed job's writer: each record goes out as a stream element with its timestamp, and
+    /// watermarks and status go to every subpartition in order with the records.
+    time: Option<Arc<TaskTime>>,
 }
 
 /// Consumers `[start, end)` a producer subtask feeds on a pointwise edge (Flink's
@@ -139,6 +145,7 @@ impl<T: Data> RecordWriter<T> {
         buffer_size: usize,
         flush_each_record: bool,
         metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
     ) -> Result<Self> {
         let mut outputs = Vec::with_capacity(routes.len());
         for (index, (route, &n)) in routes.iter().zip(subpartitions).enumerate() {
@@ -195,6 +202,7 @@ impl<T: Data> RecordWriter<T> {
             flush_each_record,
             count: 0,
             metrics,
+            time,
         })
     }
 }
@@ -267,11 +275,17 @@ impl<T: Data> RecordWriter<T> {
     fn write(&mut self, record: &T) {
         self.count += 1;
         let (size, each) = (self.buffer_size, self.flush_each_record);
+        let timestamp = self.time.as_ref().map(|t| t.timestamp());
         // The common case, one output and one target: no intermediate copy of the record.
         if let [out] = self.outputs.as_mut_slice()
             && let Some(sp) = Self::route(&mut out.router, record)
         {
-            let encode = |b: &mut Vec<u8>| record.encode(b);
+            let encode = |b: &mut Vec<u8>| {
+                if let Some(ts) = timestamp {
+                    element::write_record_header(b, ts);
+                }
+                record.encode(b)
+            };
             write_record(
                 &mut out.buffers,
                 out.index,
@@ -284,6 +298,9 @@ impl<T: Data> RecordWriter<T> {
             return;
         }
         self.scratch.clear();
+        if let Some(ts) = timestamp {
+            element::write_record_header(&mut self.scratch, ts);
+        }
         record.encode(&mut self.scratch);
         for out in &mut self.outputs {
             let targets = match Self::route(&mut out.router, record) {
@@ -319,6 +336,27 @@ impl<T: Data> Op<T> for RecordWriter<T> {
         self.write(record)
     }
 
+    fn on_time(&mut self, event: TimeEvent) {
+        if self.time.is_none() || matches!(event, TimeEvent::ProcessingTime(_)) {
+            return;
+        }
+        let (size, each) = (self.buffer_size, self.flush_each_record);
+        for out in &mut self.outputs {
+            for sp in 0..out.buffers.len() as u32 {
+                let write = |b: &mut Vec<u8>| element::write_event(b, event);
+                write_record(
+                    &mut out.buffers,
+                    out.index,
+                    sp,
+                    size,
+                    each,
+                    &mut self.pending,
+                    write,
+                );
+            }
+        }
+    }
+
     fn finish(&mut self) {}
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
@@ -339,7 +377,13 @@ impl<T: Data> Op<T> for RecordWriter<T> {
         self.metrics.add_out(std::mem::take(&mut self.count));
     }
 
-    crate::operators::tail_checkpoint!();
+    fn snapshot(&mut self, _checkpoint: u64, _out: &mut ChainSnapshot) -> Result<()> {
+        Ok(())
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// Operations on a stream's record type, erased once per stream node.
@@ -354,8 +398,16 @@ pub(crate) trait StreamType: Send + Sync {
         buffer_size: usize,
         flush_each_record: bool,
         metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
     ) -> Result<AnyOp>;
-    fn input_head(&self, chain: AnyOp, metrics: Arc<TaskMetrics>) -> Result<Box<dyn Head>>;
+    /// The decoder of a vertex input of `channels` channels (their watermarks combine).
+    fn input_head(
+        &self,
+        chain: AnyOp,
+        metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
+        channels: usize,
+    ) -> Result<Box<dyn Head>>;
 }
 
 pub(crate) struct TypeOf<T>(pub PhantomData<fn() -> T>);
@@ -370,6 +422,7 @@ impl<T: Data> StreamType for TypeOf<T> {
         buffer_size: usize,
         flush_each_record: bool,
         metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
     ) -> Result<AnyOp> {
         let w = RecordWriter::<T>::new(
             routes,
@@ -379,12 +432,20 @@ impl<T: Data> StreamType for TypeOf<T> {
             buffer_size,
             flush_each_record,
             metrics,
+            time,
         )?;
         Ok(erase::<T>(Box::new(w)))
     }
 
-    fn input_head(&self, chain: AnyOp, metrics: Arc<TaskMetrics>) -> Result<Box<dyn Head>> {
-        Ok(Box::new(InputHead::new(downcast::<T>(chain)?, metrics)))
+    fn input_head(
+        &self,
+        chain: AnyOp,
+        metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
+        channels: usize,
+    ) -> Result<Box<dyn Head>> {
+        let time = time.map(|t| (t, WatermarkValve::new(channels)));
+        Ok(Box::new(InputHead::new(downcast::<T>(chain)?, metrics, time)))
     }
 }
 
@@ -393,8 +454,10 @@ impl<T: Data> StreamType for TypeOf<T> {
 pub(crate) trait Head: Send {
     /// Sources: push the next batch; `Ok(false)` when exhausted.
     async fn produce(&mut self) -> Result<bool>;
-    /// Inputs: decode one buffer's records into the chain.
-    fn push_buffer(&mut self, buffer: &[u8]) -> Result<()>;
+    /// Inputs: decode one buffer's records (and, in a timed job, its time events) into the chain.
+    fn push_buffer(&mut self, channel: usize, buffer: &[u8]) -> Result<()>;
+    /// A time event for the whole chain: a processing-time tick, end of input's MAX watermark.
+    fn on_time(&mut self, event: TimeEvent);
     fn finish(&mut self);
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
     /// The chain's snapshot (and a source's position) at a barrier, between batches.
@@ -408,15 +471,56 @@ pub(crate) struct InputHead<T> {
     /// The chain takes borrowed records: each one is decoded into `record`, reusing its buffers.
     reuse: bool,
     record: Option<T>,
+    /// A timed job: the task's record timestamp and how its channels' watermarks combine.
+    time: Option<(Arc<TaskTime>, WatermarkValve)>,
+    events: Vec<TimeEvent>,
 }
 
 impl<T: Data> InputHead<T> {
-    fn new(chain: BoxOp<T>, metrics: Arc<TaskMetrics>) -> Self {
+    fn new(
+        chain: BoxOp<T>,
+        metrics: Arc<TaskMetrics>,
+        time: Option<(Arc<TaskTime>, WatermarkValve)>,
+    ) -> Self {
         InputHead {
             reuse: chain.takes_reused(),
             chain,
             metrics,
             record: None,
+            time,
+            events: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn push_record(&mut self, input: &mut &[u8]) -> Result<()> {
+        if self.reuse {
+            let record = match &mut self.record {
+                Some(record) => {
+                    record.decode_into(input)?;
+                    record
+                }
+                None => self.record.insert(T::decode(input)?),
+            };
+            self.chain.collect_reused(record);
+        } else {
+            self.chain.collect(T::decode(input)?);
+        }
+        Ok(())
+    }
+
+    /// A time event from channel `channel`: what the valve lets through goes down the chain.
+    fn channel_event(&mut self, channel: usize, event: TimeEvent) {
+        let Some((_, valve)) = self.time.as_mut() else {
+            return;
+        };
+        valve.input(channel, event, &mut self.events);
+        let watermark = valve.current();
+        for event in self.events.drain(..) {
+            if let TimeEvent::Watermark(_) = event {
+                self.metrics.set_watermark(watermark);
+            }
+            self.chain.on_time(event);
         }
     }
 }
@@ -427,26 +531,40 @@ impl<T: Data> Head for InputHead<T> {
         Err(Error::Graph("an input-fed chain has no source".into()))
     }
 
-    fn push_buffer(&mut self, buffer: &[u8]) -> Result<()> {
+    fn push_buffer(&mut self, channel: usize, buffer: &[u8]) -> Result<()> {
         let mut input = buffer;
         let mut n = 0u64;
-        while !input.is_empty() {
-            if self.reuse {
-                let record = match &mut self.record {
-                    Some(record) => {
-                        record.decode_into(&mut input)?;
-                        record
+        if let Some((time, _)) = &self.time {
+            let time = time.clone();
+            while !input.is_empty() {
+                match element::read_header(&mut input)? {
+                    Header::Record(ts) => {
+                        time.set_timestamp(ts);
+                        self.push_record(&mut input)?;
+                        n += 1;
                     }
-                    None => self.record.insert(T::decode(&mut input)?),
-                };
-                self.chain.collect_reused(record);
-            } else {
-                self.chain.collect(T::decode(&mut input)?);
+                    Header::Event(event) => self.channel_event(channel, event),
+                }
             }
-            n += 1;
+        } else {
+            while !input.is_empty() {
+                self.push_record(&mut input)?;
+                n += 1;
+            }
         }
         self.metrics.add_in(n);
         Ok(())
+    }
+
+    fn on_time(&mut self, event: TimeEvent) {
+        if let TimeEvent::Watermark(w) = event {
+            // End of input: every channel is at the end of event time.
+            if self.time.as_ref().is_some_and(|(_, valve)| valve.current() >= w) {
+                return;
+            }
+            self.metrics.set_watermark(w);
+        }
+        self.chain.on_time(event)
     }
 
     fn finish(&mut self) {
@@ -484,8 +602,12 @@ impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
         Ok(more)
     }
 
-    fn push_buffer(&mut self, _: &[u8]) -> Result<()> {
+    fn push_buffer(&mut self, _: usize, _: &[u8]) -> Result<()> {
         Err(Error::Graph("a source chain has no input".into()))
+    }
+
+    fn on_time(&mut self, event: TimeEvent) {
+        self.chain.on_time(event)
     }
 
     fn finish(&mut self) {
@@ -517,6 +639,9 @@ pub struct Task {
     /// Timer-driven flushing; `None` also when every record is flushed by itself.
     pub(crate) flush_interval: Option<Duration>,
     pub(crate) checkpointing: Option<Checkpointing>,
+    /// A timed job: the chain hears a processing-time tick every `interval`, and the MAX
+    /// watermark at the end of input.
+    pub(crate) time: Option<Arc<TaskTime>>,
 }
 
 impl std::fmt::Debug for Task {
@@ -608,6 +733,14 @@ impl Running {
         Ok(())
     }
 
+    /// The processing-time tick of a timed task: assigners emit watermarks, processing-time timers
+    /// fire; what they emitted goes out at once (a watermark must not wait for a full buffer).
+    async fn tick(&mut self) -> Result<()> {
+        self.head
+            .on_time(TimeEvent::ProcessingTime(crate::time::now_ms()));
+        self.flush(true).await
+    }
+
     /// Barrier `id`: everything before it goes out, the chain's state and the sink's pending part
     /// are fixed, the barrier goes downstream, and the snapshot to the TaskManager for upload.
     async fn checkpoint(&mut self, id: u64) -> Result<()> {
@@ -685,7 +818,9 @@ impl Task {
             sink,
             flush_interval,
             checkpointing,
+            time,
         } = self;
+        let tick_interval = time.as_ref().map(|t| t.interval);
         let (control, snapshots) = match checkpointing {
             Some(c) => (Some(c.control), Some(c.snapshots)),
             None => (None, None),
@@ -700,7 +835,9 @@ impl Task {
             checkpoints: Checkpoints { control, snapshots },
         };
         let mut last_flush = Instant::now();
+        let mut last_tick = Instant::now();
         let due = |last: Instant| flush_interval.is_some_and(|t| last.elapsed() >= t);
+        let tick_due = |last: Instant| tick_interval.is_some_and(|t| last.elapsed() >= t);
         let is_source = input.is_none();
         // Stop with a savepoint: the source's input ends at the savepoint's barrier.
         let mut stopped_at = None;
@@ -715,6 +852,10 @@ impl Task {
                     task.control(control, true).await?;
                 }
                 let more = task.head.produce().await?;
+                if tick_due(last_tick) {
+                    task.tick().await?;
+                    last_tick = Instant::now();
+                }
                 let flush = due(last_flush);
                 task.flush(flush).await?;
                 if flush {
@@ -740,6 +881,12 @@ impl Task {
                                 None => std::future::pending().await,
                             }
                         };
+                        let time_tick = async move {
+                            match tick_interval {
+                                Some(interval) => tokio::time::sleep_until(last_tick + interval).await,
+                                None => std::future::pending().await,
+                            }
+                        };
                         tokio::select! {
                             biased;
                             r = &mut next => break r?,
@@ -748,14 +895,22 @@ impl Task {
                                 task.flush(true).await?;
                                 last_flush = Instant::now();
                             }
+                            _ = time_tick => {
+                                task.tick().await?;
+                                last_tick = Instant::now();
+                            }
                         }
                     }
                 };
                 match item {
                     None => break,
                     Some(GateItem::Barrier(id)) => task.checkpoint(id).await?,
-                    Some(GateItem::Buffer(buffer)) => {
-                        task.head.push_buffer(&buffer)?;
+                    Some(GateItem::Buffer { channel, data }) => {
+                        task.head.push_buffer(channel, &data)?;
+                        if tick_due(last_tick) {
+                            task.tick().await?;
+                            last_tick = Instant::now();
+                        }
                         let flush = due(last_flush);
                         task.flush(flush).await?;
                         if flush {
@@ -764,6 +919,12 @@ impl Task {
                     }
                 }
             },
+        }
+        // End of input is the end of event time (not so for a stop with a savepoint, which ends
+        // the input only until the job resumes: Flink's stop without `--drain`).
+        if time.is_some() && stopped_at.is_none() {
+            task.head
+                .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
         }
         task.head.finish();
         task.flush(true).await?;
@@ -807,8 +968,8 @@ mod tests {
             key: None,
             max_parallelism: 128,
         };
-        let mut w =
-            RecordWriter::<String>::new(&[route], &[2], 0, 1, 16, false, metrics.clone()).expect("writer");
+        let mut w = RecordWriter::<String>::new(&[route], &[2], 0, 1, 16, false, metrics.clone(), None)
+            .expect("writer");
         for i in 0..20 {
             w.collect(format!("record-{i}"));
         }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -56,6 +56,9 @@ pub struct TaskMetrics {
     /// Records a source knows are due but has not read yet (Flink's `pendingRecords`, a Kafka
     /// source's lag); `u64::MAX` when the source does not know.
     pub pending_records: AtomicU64,
+    /// The event time the task's chain is at (Flink's `currentInputWatermark`; a source's, the
+    /// watermark its assigner emitted); `i64::MIN` before the first.
+    pub watermark: AtomicI64,
     /// When the task began to run (after restoring its state): busy time counts from here.
     pub running_since: OnceLock<Instant>,
 }
@@ -68,6 +71,7 @@ impl Default for TaskMetrics {
             idle_ns: AtomicU64::new(0),
             backpressured_ns: AtomicU64::new(0),
             pending_records: AtomicU64::new(u64::MAX),
+            watermark: AtomicI64::new(i64::MIN),
             running_since: OnceLock::new(),
         }
     }
@@ -109,6 +113,18 @@ impl TaskMetrics {
         self.running_since
             .get()
             .map_or(0, |t| t.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
+    }
+
+    pub(crate) fn set_watermark(&self, watermark: i64) {
+        self.watermark.store(watermark, Ordering::Relaxed);
+    }
+
+    /// The task's current watermark, once it has one.
+    pub fn current_watermark(&self) -> Option<i64> {
+        match self.watermark.load(Ordering::Relaxed) {
+            i64::MIN => None,
+            w => Some(w),
+        }
     }
 
     /// The pending records a source reported, if it knows them.

@@ -18,7 +18,9 @@ use tokio::sync::mpsc;
 
 /// Writer: one bounded channel per consumer subtask (backpressure), bytes counted per subpartition.
 struct MemWriter {
-    to: Vec<mpsc::Sender<Bytes>>,
+    /// The producer subtask: the consumer's channel index.
+    from: usize,
+    to: Vec<mpsc::Sender<(usize, Bytes)>>,
     bytes: Vec<u64>,
 }
 
@@ -30,7 +32,7 @@ impl PartitionWriter for MemWriter {
     async fn emit(&mut self, subpartition: u32, buffer: Bytes) -> floe_shuffle::Result<()> {
         self.bytes[subpartition as usize] += buffer.len() as u64;
         self.to[subpartition as usize]
-            .send(buffer)
+            .send((self.from, buffer))
             .await
             .map_err(|_| floe_shuffle::Error::Released("consumer gone".into()))
     }
@@ -41,13 +43,20 @@ impl PartitionWriter for MemWriter {
     }
 }
 
-/// Gate: ends when every producer's writer is gone.
-struct MemGate(mpsc::Receiver<Bytes>);
+/// Gate: ends when every producer's writer is gone; one channel per producer subtask.
+struct MemGate(mpsc::Receiver<(usize, Bytes)>, usize);
 
 #[async_trait]
 impl InputGate for MemGate {
     async fn next(&mut self) -> floe_shuffle::Result<Option<GateItem>> {
-        Ok(self.0.recv().await.map(GateItem::Buffer))
+        Ok(self
+            .0
+            .recv()
+            .await
+            .map(|(channel, data)| GateItem::Buffer { channel, data }))
+    }
+    fn num_channels(&self) -> usize {
+        self.1
     }
 }
 
@@ -55,8 +64,8 @@ impl InputGate for MemGate {
 async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> Vec<Vec<PartitionStats>> {
     let g = job.job_graph();
     // Per data set, per consumer subtask: a channel.
-    let mut senders: Vec<Vec<mpsc::Sender<Bytes>>> = Vec::new();
-    let mut receivers: Vec<Vec<Option<mpsc::Receiver<Bytes>>>> = Vec::new();
+    let mut senders: Vec<Vec<mpsc::Sender<(usize, Bytes)>>> = Vec::new();
+    let mut receivers: Vec<Vec<Option<mpsc::Receiver<(usize, Bytes)>>>> = Vec::new();
     for ds in g.data_sets() {
         let p = g.vertex(ds.consumer).parallelism;
         let (tx, rx): (Vec<_>, Vec<_>) = (0..p).map(|_| mpsc::channel(8)).unzip();
@@ -72,6 +81,7 @@ async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> V
                 .map(|r| {
                     let to = senders[r.0 as usize].clone();
                     Box::new(MemWriter {
+                        from: s as usize,
                         bytes: vec![0; to.len()],
                         to,
                     }) as Box<dyn PartitionWriter>
@@ -81,8 +91,10 @@ async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> V
                 .inputs(VertexIndex(vi as u32))
                 .iter()
                 .map(|r| {
+                    let producers = g.vertex(g.data_sets()[r.0 as usize].producer).parallelism as usize;
                     Box::new(MemGate(
                         receivers[r.0 as usize][s as usize].take().expect("one gate"),
+                        producers,
                     )) as Box<dyn InputGate>
                 })
                 .collect();

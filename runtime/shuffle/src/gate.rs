@@ -242,6 +242,10 @@ impl RemoteInputGate {
 
 #[async_trait]
 impl InputGate for RemoteInputGate {
+    fn num_channels(&self) -> usize {
+        self.channels.iter().map(|c| c.subpartitions.len()).sum()
+    }
+
     async fn next(&mut self) -> Result<Option<GateItem>> {
         loop {
             let (events, credits, remaining, alignment) = match &mut self.state {
@@ -298,7 +302,7 @@ impl InputGate for RemoteInputGate {
                     // Uncounted before the credit goes out, or the next buffer may arrive first.
                     let data = buffer.into_bytes();
                     grant_credit(credits, index);
-                    return Ok(Some(GateItem::Buffer(data)));
+                    return Ok(Some(GateItem::Buffer { channel: index, data }));
                 }
                 ChannelItem::Barrier(id) => {
                     grant_credit(credits, index);

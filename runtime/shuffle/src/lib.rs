@@ -141,7 +141,9 @@ pub trait PartitionWriter: Send {
 /// What an [`InputGate`] yields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateItem {
-    Buffer(Bytes),
+    /// A buffer of input channel `channel` (channels are numbered across the gate's partitions
+    /// and subpartitions, `0..num_channels()`).
+    Buffer { channel: usize, data: Bytes },
     /// Every channel delivered the barrier of this checkpoint (aligned): the task snapshots now.
     Barrier(u64),
 }
@@ -157,11 +159,14 @@ pub enum GateItem {
 pub trait InputGate: Send {
     async fn next(&mut self) -> Result<Option<GateItem>>;
 
+    /// How many channels the gate merges (a task's watermark is the minimum over them).
+    fn num_channels(&self) -> usize;
+
     /// The next buffer, passing over barriers (for readers that take no checkpoints).
     async fn next_buffer(&mut self) -> Result<Option<Bytes>> {
         loop {
             match self.next().await? {
-                Some(GateItem::Buffer(b)) => return Ok(Some(b)),
+                Some(GateItem::Buffer { data, .. }) => return Ok(Some(data)),
                 Some(GateItem::Barrier(_)) => {}
                 None => return Ok(None),
             }

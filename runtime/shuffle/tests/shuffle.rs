@@ -214,7 +214,7 @@ async fn a_newer_barrier_never_overtakes_data_held_by_an_abandoned_alignment() {
         let mut seen = Vec::new();
         while let Some(item) = gate.next().await.unwrap() {
             seen.push(match item {
-                GateItem::Buffer(b) => String::from_utf8(b.to_vec()).unwrap(),
+                GateItem::Buffer { data: b, .. } => String::from_utf8(b.to_vec()).unwrap(),
                 GateItem::Barrier(n) => format!("barrier {n}"),
             });
         }

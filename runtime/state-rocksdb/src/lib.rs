@@ -261,6 +261,25 @@ impl KeyedStateBackend for RocksDbStateBackend {
             .map_err(|e| backend_error(&self.base, e))
     }
 
+    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        let mut prefix = Vec::new();
+        for key_group in self.key_groups.clone() {
+            encode_key(&mut prefix, state, key_group, &[]);
+            for entry in self
+                .db
+                .iterator(IteratorMode::From(&prefix, rocksdb::Direction::Forward))
+            {
+                let (key, value) = entry.map_err(|e| self.error(e))?;
+                if !key.starts_with(&prefix) {
+                    break;
+                }
+                out.push((key_group, key[prefix.len()..].to_vec(), value.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+
     fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
         let dir = self.base.join(format!("chk-{checkpoint}"));
         let _ = std::fs::remove_dir_all(&dir);

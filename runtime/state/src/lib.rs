@@ -50,6 +50,9 @@ pub trait KeyedStateBackend: Send {
     fn get(&self, state: &str, key_group: u32, key: &[u8]) -> Result<Option<Vec<u8>>>;
     fn put(&mut self, state: &str, key_group: u32, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) -> Result<()>;
+    /// Every entry of `state` in the backend's key groups: (key group, key, value), in key group
+    /// order. For state read whole when a task starts (timers), not for per-record access.
+    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>>;
     /// The synchronous part of a snapshot (fixes its content; processing goes on once it returns).
     fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>>;
 }
@@ -63,7 +66,7 @@ pub trait PreparedSnapshot: Send {
 type Table = HashMap<Vec<u8>, Vec<u8>>;
 
 /// Keyed state in memory: full snapshots in one object per task and checkpoint.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct HashMapStateBackend {
     key_groups: Range<u32>,
     tables: BTreeMap<(String, u32), Table>,
@@ -202,6 +205,12 @@ impl KeyedStateBackend for HashMapStateBackend {
             t.remove(key);
         }
         Ok(())
+    }
+
+    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>> {
+        Ok(HashMapStateBackend::entries(self, state)
+            .map(|(kg, k, v)| (kg, k.to_vec(), v.to_vec()))
+            .collect())
     }
 
     fn prepare_snapshot(&mut self, _checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {

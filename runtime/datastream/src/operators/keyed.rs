@@ -1,278 +1,17 @@
-//! The per-record path: operators push records into the next operator of their chain through
-//! [`Op`]. Every operator is a generic struct over the user's closure, so the only dynamic call per
-//! record and operator is the one into the next operator; type erasure happens once per task, when
-//! [`OpFactory`]s downcast the chain built so far.
+//! Keyed one-input operators without time: STREAMING reduce, sum (local-global) and process
+//! functions on keyed state; BATCH sorted reduce and process, and the combiner before their
+//! exchange.
 
-use std::any::Any;
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use bytes::Bytes;
-
-use crate::checkpoint::{ChainSnapshot, Keyed, KeyedStateInit, TaskRestore};
+use super::{BoxOp, Chunk, Collector, KeyFn, KeyRefFn, Op};
+use crate::checkpoint::{ChainSnapshot, Keyed};
 use crate::data::Data;
 use crate::error::{Error, Result};
+use crate::time::TimeEvent;
 use crate::types::{KeyMap, TaskMetrics};
-
-/// Where user functions put their output records (the `Collector` of Flink's `FlatMapFunction`).
-pub trait Collector<T>: Send {
-    fn collect(&mut self, record: T);
-}
-
-/// Which async consumer a chunk of serialised bytes goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// Output `i` of the vertex (a `PartitionWriter`).
-    Output(usize),
-    /// The chain's sink (file or stdout).
-    Sink,
-}
-
-/// A finished buffer waiting to be written: the synchronous chain produces them, the task's async
-/// loop hands them on (emit, sink write), so backpressure reaches the chain between input buffers.
-#[derive(Debug)]
-pub(crate) struct Chunk {
-    pub target: Target,
-    pub subpartition: u32,
-    pub bytes: Bytes,
-}
-
-/// One link of an operator chain.
-pub(crate) trait Op<T>: Collector<T> {
-    /// Whether this link works on a record it is lent ([`Op::collect_reused`]) without copying it;
-    /// the input side of a task then decodes every record into one reused value instead of
-    /// allocating one per record (Flink's object reuse, kept safe by lending the record only for
-    /// the call).
-    fn takes_reused(&self) -> bool {
-        false
-    }
-    /// A lent record: the link may change it (a keyed sum puts its running total in) and hand it
-    /// on; its owner decodes the next record into it afterwards. Links that keep or hand on owned
-    /// records copy it.
-    fn collect_reused(&mut self, record: &mut T)
-    where
-        T: Clone,
-    {
-        self.collect(record.clone())
-    }
-    /// End of input: emit what is held back (batch aggregates), then finish the rest of the chain.
-    fn finish(&mut self);
-    /// Move finished buffers (and partially filled ones if `flush`) of the chain's tail to `out`.
-    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>);
-    /// A checkpoint barrier reached this operator: add its state to `out`, then the rest of the
-    /// chain's (the synchronous part of the snapshot; the task uploads it afterwards).
-    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
-    /// The first failure an operator could not return from `collect` (a state backend's), if any.
-    fn failure(&mut self) -> Option<String>;
-}
-
-pub(crate) type BoxOp<T> = Box<dyn Op<T>>;
-
-/// A chain link of some record type, erased (`Box<BoxOp<T>>`); downcast once per task.
-pub(crate) type AnyOp = Box<dyn Any + Send>;
-
-pub(crate) fn erase<T: Data>(op: BoxOp<T>) -> AnyOp {
-    Box::new(op)
-}
-
-pub(crate) fn downcast<T: Data>(op: AnyOp) -> Result<BoxOp<T>> {
-    op.downcast::<BoxOp<T>>().map(|b| *b).map_err(|_| {
-        Error::Graph(format!(
-            "operator chain type mismatch: expected records of {}",
-            std::any::type_name::<T>()
-        ))
-    })
-}
-
-/// Which subtask an operator runs as.
-#[derive(Debug, Clone)]
-pub(crate) struct OpContext {
-    pub subtask: u32,
-    pub parallelism: u32,
-    pub attempt: u64,
-    pub configuration: std::collections::BTreeMap<String, String>,
-    /// The task's counters (sources count the records they read as records in).
-    pub metrics: Arc<TaskMetrics>,
-    /// The key groups this subtask owns, out of `max_parallelism`.
-    pub key_groups: std::ops::Range<u32>,
-    pub max_parallelism: u32,
-    /// The keyed state the task was given, taken by its keyed operator.
-    pub keyed_state: Arc<std::sync::Mutex<Option<KeyedStateInit>>>,
-    /// Where a restored source reads on from, and a restored sink's committer state.
-    pub restore: Option<TaskRestore>,
-    /// `execution.checkpointing.interval` is set (streaming): sinks commit per checkpoint.
-    pub checkpointing: bool,
-}
-
-impl OpContext {
-    /// The keyed state of this task for its keyed operator, fresh or restored.
-    pub(crate) fn keyed<K: Data + Hash + Eq, V: Data>(&self) -> Result<Keyed<K, V>> {
-        let init = self.keyed_state.lock().unwrap_or_else(|p| p.into_inner()).take();
-        Keyed::new(init, self.key_groups.clone(), self.max_parallelism)
-    }
-}
-
-/// Builds one operator in front of the (already built) rest of its chain.
-pub(crate) type OpFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<AnyOp> + Send + Sync>;
-
-/// The key of a record, as a key selector gives it.
-pub(crate) type KeyFn<T, K> = Arc<dyn Fn(&T) -> K + Send + Sync>;
-
-/// A key selector that borrows the key from the record.
-pub(crate) type KeyRefFn<T, K> = Arc<dyn for<'a> Fn(&'a T) -> &'a K + Send + Sync>;
-
-macro_rules! forward_control {
-    () => {
-        fn finish(&mut self) {
-            self.down.finish()
-        }
-        fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
-            self.down.drain(flush, out)
-        }
-        forward_checkpoint!();
-    };
-}
-
-/// For stateless links: the snapshot and failures are the rest of the chain's.
-macro_rules! forward_checkpoint {
-    () => {
-        fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
-            self.down.snapshot(checkpoint, out)
-        }
-        fn failure(&mut self) -> Option<String> {
-            self.down.failure()
-        }
-    };
-}
-
-/// For keyed links: their state, then the rest of the chain's.
-macro_rules! keyed_checkpoint {
-    () => {
-        fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
-            out.keyed = Some(self.state.prepare_snapshot(checkpoint)?);
-            self.down.snapshot(checkpoint, out)
-        }
-        fn failure(&mut self) -> Option<String> {
-            self.state.failure().or_else(|| self.down.failure())
-        }
-    };
-}
-
-/// For the ends of chains (writers, sinks): nothing to snapshot here, nothing after them.
-macro_rules! tail_checkpoint {
-    () => {
-        fn snapshot(&mut self, _checkpoint: u64, _out: &mut crate::checkpoint::ChainSnapshot) -> Result<()> {
-            Ok(())
-        }
-        fn failure(&mut self) -> Option<String> {
-            None
-        }
-    };
-}
-pub(crate) use tail_checkpoint;
-
-/// Counts the records a source emits into its chain as the task's records in (what it read).
-pub(crate) struct CountIn<T> {
-    pub down: BoxOp<T>,
-    pub count: u64,
-    pub metrics: Arc<TaskMetrics>,
-}
-
-impl<T: Data> Collector<T> for CountIn<T> {
-    fn collect(&mut self, record: T) {
-        self.count += 1;
-        self.down.collect(record);
-    }
-}
-
-impl<T: Data> Op<T> for CountIn<T> {
-    fn takes_reused(&self) -> bool {
-        self.down.takes_reused()
-    }
-    fn collect_reused(&mut self, record: &mut T) {
-        self.count += 1;
-        self.down.collect_reused(record);
-    }
-    fn finish(&mut self) {
-        self.down.finish()
-    }
-    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
-        self.metrics.add_in(std::mem::take(&mut self.count));
-        self.down.drain(flush, out)
-    }
-    forward_checkpoint!();
-}
-
-pub(crate) struct MapOp<I, O, F> {
-    pub f: Arc<F>,
-    pub down: BoxOp<O>,
-    pub _in: PhantomData<fn(I)>,
-}
-
-impl<I: Data, O: Data, F: Fn(I) -> O + Send + Sync + 'static> Collector<I> for MapOp<I, O, F> {
-    #[inline]
-    fn collect(&mut self, record: I) {
-        self.down.collect((self.f)(record))
-    }
-}
-
-impl<I: Data, O: Data, F: Fn(I) -> O + Send + Sync + 'static> Op<I> for MapOp<I, O, F> {
-    forward_control!();
-}
-
-pub(crate) struct FilterOp<T, F> {
-    pub f: Arc<F>,
-    pub down: BoxOp<T>,
-}
-
-impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Collector<T> for FilterOp<T, F> {
-    #[inline]
-    fn collect(&mut self, record: T) {
-        if (self.f)(&record) {
-            self.down.collect(record)
-        }
-    }
-}
-
-impl<T: Data, F: Fn(&T) -> bool + Send + Sync + 'static> Op<T> for FilterOp<T, F> {
-    fn takes_reused(&self) -> bool {
-        self.down.takes_reused()
-    }
-    fn collect_reused(&mut self, record: &mut T) {
-        if (self.f)(record) {
-            self.down.collect_reused(record)
-        }
-    }
-    forward_control!();
-}
-
-pub(crate) struct FlatMapOp<I, O, F> {
-    pub f: Arc<F>,
-    pub down: BoxOp<O>,
-    pub _in: PhantomData<fn(I)>,
-}
-
-impl<I, O, F> Collector<I> for FlatMapOp<I, O, F>
-where
-    I: Data,
-    O: Data,
-    F: Fn(I, &mut dyn Collector<O>) + Send + Sync + 'static,
-{
-    #[inline]
-    fn collect(&mut self, record: I) {
-        (self.f)(record, &mut *self.down)
-    }
-}
-
-impl<I, O, F> Op<I> for FlatMapOp<I, O, F>
-where
-    I: Data,
-    O: Data,
-    F: Fn(I, &mut dyn Collector<O>) + Send + Sync + 'static,
-{
-    forward_control!();
-}
 
 /// Folds `value` into a keyed-state slot with `f` and returns the result in place; the slot is
 /// `None` only for a key seen for the first time.
@@ -319,6 +58,7 @@ where
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
     }
+    forward_time!();
     keyed_checkpoint!();
 }
 
@@ -429,6 +169,13 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> Collector<(A, N)> for SumGrouper<A, 
 }
 
 impl<A: Data, N: Data, K: Data + Hash + Eq> Op<(A, N)> for SumGrouper<A, N, K> {
+    fn on_time(&mut self, event: TimeEvent) {
+        // Like a barrier, a watermark follows every record before it: the groups go first.
+        if let TimeEvent::Watermark(_) = event {
+            self.emit();
+        }
+        self.down.on_time(event)
+    }
     fn finish(&mut self) {
         self.emit();
         self.down.finish()
@@ -515,6 +262,7 @@ where
         self.metrics.add_in(std::mem::take(&mut self.grouped));
         self.down.drain(flush, out)
     }
+    forward_time!();
     keyed_checkpoint!();
 }
 
@@ -538,13 +286,15 @@ where
     }
 }
 
-impl<T, K, F> Op<T> for SortedReduce<T, K, F>
+impl<T, K, F> SortedReduce<T, K, F>
 where
     T: Data,
     K: Data + Ord,
     F: Fn(T, T) -> T + Send + Sync + 'static,
 {
-    fn finish(&mut self) {
+    /// End of input or of event time (the MAX watermark, which passes only after what is held):
+    /// the results go out; a second call has nothing left to emit.
+    fn emit_held(&mut self) {
         let mut records = std::mem::take(&mut self.records);
         records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut current: Option<(K, T)> = None;
@@ -561,6 +311,24 @@ where
         if let Some((_, acc)) = current {
             self.down.collect(acc);
         }
+    }
+}
+
+impl<T, K, F> Op<T> for SortedReduce<T, K, F>
+where
+    T: Data,
+    K: Data + Ord,
+    F: Fn(T, T) -> T + Send + Sync + 'static,
+{
+    fn on_time(&mut self, event: TimeEvent) {
+        if event == TimeEvent::Watermark(crate::time::MAX_WATERMARK) {
+            self.emit_held();
+        }
+        self.down.on_time(event)
+    }
+
+    fn finish(&mut self) {
+        self.emit_held();
         self.down.finish();
     }
 
@@ -611,6 +379,10 @@ where
     K: Data + Hash + Eq,
     F: Fn(T, T) -> T + Send + Sync + 'static,
 {
+    fn emit_held(&mut self) {
+        self.flush()
+    }
+
     fn flush(&mut self) {
         for v in self.state.drain().filter_map(|(_, v)| v) {
             self.down.collect(v);
@@ -624,8 +396,15 @@ where
     K: Data + Hash + Eq,
     F: Fn(T, T) -> T + Send + Sync + 'static,
 {
+    fn on_time(&mut self, event: TimeEvent) {
+        if event == TimeEvent::Watermark(crate::time::MAX_WATERMARK) {
+            self.emit_held();
+        }
+        self.down.on_time(event)
+    }
+
     fn finish(&mut self) {
-        self.flush();
+        self.emit_held();
         self.down.finish();
     }
 
@@ -675,6 +454,7 @@ where
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
     }
+    forward_time!();
     keyed_checkpoint!();
 }
 
@@ -701,7 +481,7 @@ where
     }
 }
 
-impl<T, K, S, O, F> Op<T> for SortedProcess<T, K, S, O, F>
+impl<T, K, S, O, F> SortedProcess<T, K, S, O, F>
 where
     T: Data,
     K: Data + Ord,
@@ -709,7 +489,9 @@ where
     O: Data,
     F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
 {
-    fn finish(&mut self) {
+    /// End of input or of event time (the MAX watermark, which passes only after what is held):
+    /// the results go out; a second call has nothing left to emit.
+    fn emit_held(&mut self) {
         let mut records = std::mem::take(&mut self.records);
         records.sort_by(|a, b| a.0.cmp(&b.0));
         let mut current: Option<(K, S)> = None;
@@ -722,6 +504,26 @@ where
                 (self.f)(ck, v, state, &mut *self.down);
             }
         }
+    }
+}
+
+impl<T, K, S, O, F> Op<T> for SortedProcess<T, K, S, O, F>
+where
+    T: Data,
+    K: Data + Ord,
+    S: Default + Send + 'static,
+    O: Data,
+    F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    fn on_time(&mut self, event: TimeEvent) {
+        if event == TimeEvent::Watermark(crate::time::MAX_WATERMARK) {
+            self.emit_held();
+        }
+        self.down.on_time(event)
+    }
+
+    fn finish(&mut self) {
+        self.emit_held();
         self.down.finish();
     }
 
@@ -733,24 +535,10 @@ where
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::operators::tests::VecSink;
     use std::collections::HashMap;
-
-    /// Collects into a Vec: the tail of chains under test.
-    pub(crate) struct VecSink<T>(pub Arc<std::sync::Mutex<Vec<T>>>);
-
-    impl<T: Data> Collector<T> for VecSink<T> {
-        fn collect(&mut self, record: T) {
-            self.0.lock().expect("lock").push(record)
-        }
-    }
-
-    impl<T: Data> Op<T> for VecSink<T> {
-        fn finish(&mut self) {}
-        fn drain(&mut self, _: bool, _: &mut Vec<Chunk>) {}
-        tail_checkpoint!();
-    }
 
     /// A grouped streaming sum (producer and consumer sides chained) whose updates land in `out`.
     fn grouped_sum(

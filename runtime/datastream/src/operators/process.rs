@@ -1,0 +1,468 @@
+//! Keyed process functions with timers (Flink's `KeyedProcessFunction` and `KeyedProcessOperator`):
+//! per-key state, the record's timestamp, and a timer service of event-time and processing-time
+//! timers that call [`KeyedProcessFunction::on_timer`] for their key.
+
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::{BoxOp, Chunk, Collector, KeyFn, Op};
+use crate::checkpoint::{ChainSnapshot, Keyed};
+use crate::data::Data;
+use crate::error::Result;
+#[cfg(test)]
+use crate::time::MAX_WATERMARK;
+use crate::time::timers::{TimeDomain, Timers};
+use crate::time::{MIN_WATERMARK, TaskTime, TimeEvent};
+
+/// A function over a keyed stream with per-key state and timers (Flink's `KeyedProcessFunction`).
+/// `State` is checkpointed with the job in either state backend; timers are too.
+pub trait KeyedProcessFunction<K, I, O>: Send + Sync + 'static {
+    /// Per-key state, `Default` for a key seen for the first time.
+    type State: Data + Default;
+
+    fn process_element(
+        &self,
+        value: I,
+        ctx: &mut KeyedContext<'_, K, Self::State>,
+        out: &mut dyn Collector<O>,
+    );
+
+    /// A timer of `ctx.key()` fired at `timestamp` (in `ctx.time_domain()`).
+    fn on_timer(
+        &self,
+        timestamp: i64,
+        ctx: &mut KeyedContext<'_, K, Self::State>,
+        out: &mut dyn Collector<O>,
+    ) {
+        let _ = (timestamp, ctx, out);
+    }
+}
+
+/// What a [`KeyedProcessFunction`] sees of its key: the key, its state, the element's (or the
+/// timer's) timestamp, the current watermark and processing time, and the timer service.
+pub struct KeyedContext<'a, K, S> {
+    key: &'a K,
+    state: &'a mut S,
+    timestamp: Option<i64>,
+    watermark: i64,
+    processing_time: i64,
+    domain: Option<TimeDomain>,
+    /// Timer changes of this call, applied after it: (domain, timestamp, registered).
+    changes: &'a mut Vec<(TimeDomain, i64, bool)>,
+    cleared: bool,
+}
+
+impl<K, S> std::fmt::Debug for KeyedContext<'_, K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedContext")
+            .field("timestamp", &self.timestamp)
+            .field("watermark", &self.watermark)
+            .field("domain", &self.domain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, S: Default> KeyedContext<'_, K, S> {
+    pub fn key(&self) -> &K {
+        self.key
+    }
+
+    /// This key's state.
+    pub fn state(&mut self) -> &mut S {
+        self.state
+    }
+
+    /// Drops this key's state (it starts from `Default` again); its timers stay.
+    pub fn clear_state(&mut self) {
+        *self.state = S::default();
+        self.cleared = true;
+    }
+
+    /// The element's timestamp (or the firing event-time timer's); `None` when it has none.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// The operator's current event time (`i64::MIN` before the first watermark).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn current_processing_time(&self) -> i64 {
+        self.processing_time
+    }
+
+    /// In `on_timer`: which clock fired the timer.
+    pub fn time_domain(&self) -> Option<TimeDomain> {
+        self.domain
+    }
+
+    /// Calls `on_timer` once the watermark reaches `time` (once per key and time).
+    pub fn register_event_time_timer(&mut self, time: i64) {
+        self.changes.push((TimeDomain::EventTime, time, true));
+    }
+
+    /// Calls `on_timer` once processing time reaches `time` (checked every
+    /// `pipeline.auto-watermark-interval`).
+    pub fn register_processing_time_timer(&mut self, time: i64) {
+        self.changes.push((TimeDomain::ProcessingTime, time, true));
+    }
+
+    pub fn delete_event_time_timer(&mut self, time: i64) {
+        self.changes.push((TimeDomain::EventTime, time, false));
+    }
+
+    pub fn delete_processing_time_timer(&mut self, time: i64) {
+        self.changes.push((TimeDomain::ProcessingTime, time, false));
+    }
+}
+
+/// The STREAMING operator of a [`KeyedProcessFunction`].
+pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>> {
+    pub key: KeyFn<T, K>,
+    pub f: Arc<F>,
+    pub state: Keyed<K, F::State>,
+    pub timers: Timers<K>,
+    pub time: Arc<TaskTime>,
+    pub watermark: i64,
+    pub down: BoxOp<O>,
+    pub changes: Vec<(TimeDomain, i64, bool)>,
+    pub _in: PhantomData<fn(T)>,
+}
+
+impl<T, K, O, F> KeyedProcessOperator<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    pub(crate) fn new(
+        key: KeyFn<T, K>,
+        f: Arc<F>,
+        state: Keyed<K, F::State>,
+        timers: Timers<K>,
+        time: Arc<TaskTime>,
+        down: BoxOp<O>,
+    ) -> Self {
+        KeyedProcessOperator {
+            key,
+            f,
+            state,
+            timers,
+            time,
+            watermark: MIN_WATERMARK,
+            down,
+            changes: Vec::new(),
+            _in: PhantomData,
+        }
+    }
+
+    /// Runs `call` on `key`'s state, then applies the timer changes it made.
+    fn with_key(
+        &mut self,
+        key: &K,
+        timestamp: Option<i64>,
+        domain: Option<TimeDomain>,
+        call: impl FnOnce(&F, &mut KeyedContext<'_, K, F::State>, &mut dyn Collector<O>),
+    ) {
+        let (f, down, changes) = (&self.f, &mut self.down, &mut self.changes);
+        let (watermark, processing_time) = (self.watermark, crate::time::now_ms());
+        self.state.update_keep(key, |key, state| {
+            let mut ctx = KeyedContext {
+                key,
+                state,
+                timestamp,
+                watermark,
+                processing_time,
+                domain,
+                changes,
+                cleared: false,
+            };
+            call(f, &mut ctx, &mut **down);
+            !ctx.cleared
+        });
+        for (domain, ts, register) in self.changes.drain(..) {
+            let changed = if register {
+                self.timers.register(domain, key.clone(), ts)
+            } else {
+                self.timers.delete(domain, key, ts)
+            };
+            if changed {
+                self.state.set_timer(domain, key, ts, register);
+            }
+        }
+    }
+
+    fn fire(&mut self, domain: TimeDomain, until: i64) {
+        while let Some((ts, key)) = self.timers.pop_due(domain, until) {
+            self.state.set_timer(domain, &key, ts, false);
+            // Output of an event-time timer carries the timer's time (Flink's `onEventTime`).
+            let timestamp = (domain == TimeDomain::EventTime).then_some(ts);
+            self.time.set_timestamp(timestamp.unwrap_or(MIN_WATERMARK));
+            self.with_key(&key, timestamp, Some(domain), |f, ctx, out| {
+                f.on_timer(ts, ctx, out)
+            });
+        }
+    }
+}
+
+impl<T, K, O, F> Collector<T> for KeyedProcessOperator<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    fn collect(&mut self, record: T) {
+        let key = (self.key)(&record);
+        let ts = self.time.timestamp();
+        let timestamp = (ts != MIN_WATERMARK).then_some(ts);
+        self.with_key(&key, timestamp, None, |f, ctx, out| {
+            f.process_element(record, ctx, out)
+        });
+    }
+}
+
+impl<T, K, O, F> Op<T> for KeyedProcessOperator<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    fn on_time(&mut self, event: TimeEvent) {
+        match event {
+            TimeEvent::Watermark(w) => {
+                self.watermark = w;
+                self.fire(TimeDomain::EventTime, w);
+                self.down.on_time(event);
+            }
+            TimeEvent::ProcessingTime(now) => {
+                self.fire(TimeDomain::ProcessingTime, now);
+                self.down.on_time(event);
+            }
+            TimeEvent::Idle | TimeEvent::Active => self.down.on_time(event),
+        }
+    }
+
+    fn finish(&mut self) {
+        // Processing-time timers do not fire at end of input (Flink's behaviour): only event
+        // time ends, with the MAX watermark that came before this.
+        self.down.finish()
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.down.drain(flush, out)
+    }
+
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        out.keyed = Some(
+            self.state
+                .prepare_snapshot_with_timers(checkpoint, &self.timers)?,
+        );
+        self.down.snapshot(checkpoint, out)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.state.failure().or_else(|| self.down.failure())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::tests::TimedSink;
+
+    /// Counts per key and emits the count when event time passes the key's first record + 10.
+    struct CountUntil;
+
+    impl KeyedProcessFunction<String, (String, i64), (String, u64)> for CountUntil {
+        type State = u64;
+        fn process_element(
+            &self,
+            _: (String, i64),
+            ctx: &mut KeyedContext<'_, String, u64>,
+            _: &mut dyn Collector<(String, u64)>,
+        ) {
+            if *ctx.state() == 0 {
+                let at = ctx.timestamp().expect("timestamped") + 10;
+                ctx.register_event_time_timer(at);
+            }
+            *ctx.state() += 1;
+        }
+        fn on_timer(
+            &self,
+            _: i64,
+            ctx: &mut KeyedContext<'_, String, u64>,
+            out: &mut dyn Collector<(String, u64)>,
+        ) {
+            out.collect((ctx.key().clone(), *ctx.state()));
+            ctx.clear_state();
+        }
+    }
+
+    fn operator(
+        state: Keyed<String, u64>,
+        timers: Timers<String>,
+    ) -> (
+        KeyedProcessOperator<(String, i64), String, (String, u64), CountUntil>,
+        TimedSink<(String, u64)>,
+        Arc<TaskTime>,
+    ) {
+        let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
+        let sink = TimedSink::new(time.clone());
+        let key: KeyFn<(String, i64), String> = Arc::new(|r: &(String, i64)| r.0.clone());
+        let op = KeyedProcessOperator::new(
+            key,
+            Arc::new(CountUntil),
+            state,
+            timers,
+            time.clone(),
+            Box::new(sink.clone()),
+        );
+        (op, sink, time)
+    }
+
+    fn feed(
+        op: &mut KeyedProcessOperator<(String, i64), String, (String, u64), CountUntil>,
+        time: &TaskTime,
+        k: &str,
+        ts: i64,
+    ) {
+        time.set_timestamp(ts);
+        op.collect((k.to_string(), ts));
+    }
+
+    #[test]
+    fn event_time_timers_fire_in_order_with_the_timer_time_and_the_watermark_after_them() {
+        let (mut op, sink, time) = operator(Keyed::new(None, 0..128, 128).unwrap(), Timers::default());
+        feed(&mut op, &time, "b", 5);
+        feed(&mut op, &time, "a", 3);
+        feed(&mut op, &time, "a", 4);
+        feed(&mut op, &time, "b", 20);
+        op.on_time(TimeEvent::Watermark(14));
+        feed(&mut op, &time, "a", 16);
+        op.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+        assert_eq!(
+            sink.records(),
+            vec![
+                (13, ("a".to_string(), 2)),
+                (15, ("b".to_string(), 2)),
+                (26, ("a".to_string(), 1)),
+            ]
+        );
+        assert_eq!(
+            sink.watermarks(),
+            vec![14, MAX_WATERMARK],
+            "each after the timers it fired"
+        );
+    }
+
+    #[test]
+    fn processing_time_timers_fire_on_the_tick_and_deleted_timers_never() {
+        struct Ping;
+        impl KeyedProcessFunction<String, (String, i64), (String, u64)> for Ping {
+            type State = u64;
+            fn process_element(
+                &self,
+                value: (String, i64),
+                ctx: &mut KeyedContext<'_, String, u64>,
+                _: &mut dyn Collector<(String, u64)>,
+            ) {
+                if value.1 < 0 {
+                    ctx.delete_processing_time_timer(-value.1);
+                } else {
+                    ctx.register_processing_time_timer(value.1);
+                }
+            }
+            fn on_timer(
+                &self,
+                ts: i64,
+                ctx: &mut KeyedContext<'_, String, u64>,
+                out: &mut dyn Collector<(String, u64)>,
+            ) {
+                assert_eq!(ctx.time_domain(), Some(TimeDomain::ProcessingTime));
+                out.collect((ctx.key().clone(), ts as u64));
+            }
+        }
+        let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
+        let sink = TimedSink::new(time.clone());
+        let key: KeyFn<(String, i64), String> = Arc::new(|r: &(String, i64)| r.0.clone());
+        let mut op = KeyedProcessOperator::new(
+            key,
+            Arc::new(Ping),
+            Keyed::new(None, 0..128, 128).unwrap(),
+            Timers::default(),
+            time,
+            Box::new(sink.clone()),
+        );
+        for (k, t) in [("x", 100), ("y", 50), ("x", 300), ("x", -300)] {
+            op.collect((k.to_string(), t));
+        }
+        op.on_time(TimeEvent::ProcessingTime(120));
+        op.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+        op.on_time(TimeEvent::ProcessingTime(1_000));
+        let got: Vec<_> = sink.records().into_iter().map(|r| r.1).collect();
+        assert_eq!(got, vec![("y".to_string(), 50), ("x".to_string(), 100)]);
+    }
+
+    #[test]
+    fn timers_and_state_survive_a_heap_snapshot_and_split_by_key_group() {
+        use crate::checkpoint::{KeyedStateInit, restore_timers};
+        let (mut op, _, time) = operator(Keyed::new(None, 0..128, 128).unwrap(), Timers::default());
+        let keys: Vec<String> = (0..40).map(|i| format!("key-{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            feed(&mut op, &time, k, i as i64);
+        }
+        // The heap snapshot's entries, restored whole and into two halves of the key groups.
+        let full = snapshot_entries(&mut op);
+        let whole = restore_timers::<String>(Some(&KeyedStateInit::Heap(full.clone()))).unwrap();
+        assert_eq!(whole.len(), 40);
+        let (mut low, mut high) = (0, 0);
+        for (range, count) in [(0..64, &mut low), (64..128, &mut high)] {
+            let mut part = floe_state::HashMapStateBackend::new(range.clone());
+            for state in [crate::checkpoint::KEYED_STATE, "timers/event"] {
+                for (kg, k, v) in full.entries(state) {
+                    if range.contains(&kg) {
+                        floe_state::KeyedStateBackend::put(&mut part, state, kg, k, v).unwrap();
+                    }
+                }
+            }
+            let timers = restore_timers::<String>(Some(&KeyedStateInit::Heap(part.clone()))).unwrap();
+            *count = timers.len();
+            // Each half fires its own keys' timers with their counts.
+            let state = Keyed::new(Some(KeyedStateInit::Heap(part)), range, 128).unwrap();
+            let (mut restored, sink, _) = operator(state, timers);
+            restored.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+            assert_eq!(sink.records().len(), *count);
+            assert!(
+                sink.records()
+                    .iter()
+                    .all(|(ts, (k, n))| *n == 1
+                        && *ts == keys.iter().position(|x| x == k).unwrap() as i64 + 10)
+            );
+        }
+        assert_eq!(low + high, 40, "every timer goes to exactly one half");
+        assert!(low > 0 && high > 0);
+    }
+
+    /// The entries of a heap snapshot of `op`, as a backend.
+    fn snapshot_entries(
+        op: &mut KeyedProcessOperator<(String, i64), String, (String, u64), CountUntil>,
+    ) -> floe_state::HashMapStateBackend {
+        let Keyed::Heap {
+            map,
+            key_groups,
+            max_parallelism,
+        } = &op.state
+        else {
+            panic!("heap")
+        };
+        let mut full = crate::checkpoint::heap_snapshot(map, key_groups, *max_parallelism).unwrap();
+        crate::checkpoint::write_timers(&mut full, &op.timers, *max_parallelism).unwrap();
+        full
+    }
+}
