@@ -67,6 +67,9 @@ impl StreamExecutionEnvironment {
     pub fn build(&self) -> Result<BuiltJob> {
         let (nodes, mode, timed) = {
             let g = lock(&self.shared);
+            if let Some(e) = g.errors.first() {
+                return Err(Error::Graph(e.clone()));
+            }
             (g.nodes.clone(), g.mode, g.timed)
         };
         if nodes.is_empty() {

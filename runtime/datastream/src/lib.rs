@@ -25,7 +25,7 @@ mod types;
 
 pub use api::{
     DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, KeyedStream, RuntimeMode,
-    StreamExecutionEnvironment, parse_memory_size,
+    StreamExecutionEnvironment, WindowedStream, parse_memory_size,
 };
 pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
@@ -33,6 +33,13 @@ pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
 pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
+pub use operators::window::{
+    AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,
+    CountTrigger, EventTimeSessionWindows, EventTimeTrigger, Evictor, GlobalWindows, NeverTrigger,
+    ProcessWindowFunction, ProcessingTimeSessionWindows, ProcessingTimeTrigger, PurgingTrigger,
+    SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger,
+    TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner, WindowContext,
+};
 pub use operators::{Collector, KeyedContext, KeyedProcessFunction};
 pub use state::{ListState, MapState, ValueState};
 pub use task::{Task, TaskContext, TaskMetrics};

@@ -20,6 +20,13 @@ pub trait Collector<T>: Send {
     fn collect(&mut self, record: T);
 }
 
+/// Collecting into a vector: what a function's output is gathered in when it is not a chain.
+impl<T: Send> Collector<T> for Vec<T> {
+    fn collect(&mut self, record: T) {
+        self.push(record)
+    }
+}
+
 /// Which async consumer a chunk of serialised bytes goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
@@ -212,6 +219,7 @@ pub(crate) use tail_checkpoint;
 mod basic;
 mod keyed;
 mod process;
+pub(crate) mod window;
 
 pub(crate) use basic::{FilterOp, FlatMapOp, MapOp};
 pub(crate) use keyed::{

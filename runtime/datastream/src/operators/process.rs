@@ -51,6 +51,8 @@ pub struct KeyedContext<'a, K, S> {
     /// Timer changes of this call, applied after it: (domain, timestamp, registered).
     changes: &'a mut Vec<(TimeDomain, i64, bool)>,
     cleared: bool,
+    time: &'a TaskTime,
+    failure: &'a mut Option<String>,
 }
 
 impl<K, S> std::fmt::Debug for KeyedContext<'_, K, S> {
@@ -70,7 +72,15 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
 
     /// This key's state.
     pub fn state(&mut self) -> &mut S {
+        // State touched after a clear is kept (as it is then).
+        self.cleared = false;
         self.state
+    }
+
+    /// The key and its state at once (the window operator reads both to evaluate a window).
+    pub(crate) fn key_and_state(&mut self) -> (&K, &mut S) {
+        self.cleared = false;
+        (self.key, self.state)
     }
 
     /// Drops this key's state (it starts from `Default` again); its timers stay.
@@ -117,6 +127,16 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
     pub fn delete_processing_time_timer(&mut self, time: i64) {
         self.changes.push((TimeDomain::ProcessingTime, time, false));
     }
+
+    /// The timestamp of what the function emits next (a window's result carries its end).
+    pub(crate) fn set_output_timestamp(&mut self, timestamp: i64) {
+        self.time.set_timestamp(timestamp);
+    }
+
+    /// Fails the task with `message` at its next step (an element a window cannot place).
+    pub(crate) fn fail(&mut self, message: String) {
+        self.failure.get_or_insert(message);
+    }
 }
 
 /// The STREAMING operator of a [`KeyedProcessFunction`].
@@ -129,6 +149,8 @@ pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>
     pub watermark: i64,
     pub down: BoxOp<O>,
     pub changes: Vec<(TimeDomain, i64, bool)>,
+    /// The first failure a function reported (the task fails at its next step).
+    pub failure: Option<String>,
     pub _in: PhantomData<fn(T)>,
 }
 
@@ -156,6 +178,7 @@ where
             watermark: MIN_WATERMARK,
             down,
             changes: Vec::new(),
+            failure: None,
             _in: PhantomData,
         }
     }
@@ -168,7 +191,13 @@ where
         domain: Option<TimeDomain>,
         call: impl FnOnce(&F, &mut KeyedContext<'_, K, F::State>, &mut dyn Collector<O>),
     ) {
-        let (f, down, changes) = (&self.f, &mut self.down, &mut self.changes);
+        let (f, down, changes, time, failure) = (
+            &self.f,
+            &mut self.down,
+            &mut self.changes,
+            &*self.time,
+            &mut self.failure,
+        );
         let (watermark, processing_time) = (self.watermark, crate::time::now_ms());
         self.state.update_keep(key, |key, state| {
             let mut ctx = KeyedContext {
@@ -180,6 +209,8 @@ where
                 domain,
                 changes,
                 cleared: false,
+                time,
+                failure,
             };
             call(f, &mut ctx, &mut **down);
             !ctx.cleared
@@ -267,7 +298,10 @@ where
     }
 
     fn failure(&mut self) -> Option<String> {
-        self.state.failure().or_else(|| self.down.failure())
+        self.failure
+            .take()
+            .or_else(|| self.state.failure())
+            .or_else(|| self.down.failure())
     }
 }
 

@@ -6,27 +6,30 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::marker::PhantomData;
-use std::ops::Add;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use floe_scheduler::job_graph::{DEFAULT_MAX_PARALLELISM, PARALLELISM_DECIDED_AT_RUN_TIME};
 use floe_scheduler::{BatchShuffleMode, Partitioner};
 
-use crate::data::{Data, key_hash_only};
+use crate::data::Data;
 use crate::error::{Error, Result};
 use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, Combiner, FilterOp, FlatMapOp, KeyFn, KeyRefFn, KeyedProcessFunction,
-    KeyedProcessOperator, MapOp, OpContext, OpFactory, SortedProcess, SortedReduce, StreamingProcess,
-    StreamingReduce, StreamingSumGroups, SumGroup, SumGrouper, downcast, erase,
+    AnyOp, BoxOp, Collector, FilterOp, FlatMapOp, KeyRefFn, MapOp, OpContext, OpFactory, downcast, erase,
 };
-use crate::task::{Head, KeyHasher, SourceHead, StreamType, TypeOf};
+use crate::task::{Head, SourceHead, StreamType, TypeOf};
 use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
+
+mod keyed;
+mod window;
+
 pub use crate::types::RuntimeMode;
-use crate::types::{KeyMap, TaskMetrics};
+use crate::types::TaskMetrics;
+pub use keyed::KeyedStream;
+pub use window::WindowedStream;
 
 pub(crate) type SourceFactory = Arc<dyn Fn(&OpContext, AnyOp) -> Result<Box<dyn Head>> + Send + Sync>;
 pub(crate) type SinkFactory =
@@ -78,6 +81,9 @@ pub(crate) struct Shared {
     /// Some stream has event time (timestamps assigned, timers or windows): the job's exchanges
     /// carry stream elements with timestamps and watermarks (`crate::time`).
     pub timed: bool,
+    /// What the API refused while the job was defined (a window size of 0, ...): `build` fails
+    /// with the first.
+    pub errors: Vec<String>,
 }
 
 pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -124,6 +130,7 @@ impl Default for StreamExecutionEnvironment {
                 nodes: Vec::new(),
                 mode: RuntimeMode::Streaming,
                 timed: false,
+                errors: Vec::new(),
             })),
             configuration: BTreeMap::new(),
             parallelism: 1,
@@ -422,9 +429,9 @@ fn push_node(shared: &Mutex<Shared>, node: StreamNode) -> usize {
 
 /// A stream of records of type `T` (Flink's `DataStream`).
 pub struct DataStream<T> {
-    shared: Arc<Mutex<Shared>>,
-    node: usize,
-    partitioner: Option<Partitioner>,
+    pub(crate) shared: Arc<Mutex<Shared>>,
+    pub(crate) node: usize,
+    pub(crate) partitioner: Option<Partitioner>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -455,11 +462,11 @@ impl<T: Data> DataStream<T> {
         }
     }
 
-    fn mode(&self) -> RuntimeMode {
+    pub(crate) fn mode(&self) -> RuntimeMode {
         lock(&self.shared).mode
     }
 
-    fn add_operator<O: Data>(
+    pub(crate) fn add_operator<O: Data>(
         &self,
         id: &'static str,
         name: &str,
@@ -722,223 +729,5 @@ impl DataStreamSink {
             p => Par::Fixed(p),
         };
         self
-    }
-}
-
-/// A stream partitioned by key (Flink's `KeyedStream`); its aggregations keep per-key state.
-pub struct KeyedStream<T, K> {
-    stream: DataStream<T>,
-    key: KeyFn<T, K>,
-    /// Set by [`DataStream::key_by_ref`]: routing and keyed state then look keys up by reference and
-    /// copy a key only when it is new.
-    key_ref: Option<KeyRefFn<T, K>>,
-}
-
-impl<T, K> std::fmt::Debug for KeyedStream<T, K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeyedStream")
-            .field("node", &self.stream.node)
-            .finish()
-    }
-}
-
-impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
-    fn hash_input(&self, node: usize) -> NodeInput {
-        self.hash_input_via(node, |r: &T| r)
-    }
-
-    /// A hash edge from `node`, whose records (of type `U`) each carry a `T` the key is taken from.
-    fn hash_input_via<U, P>(&self, node: usize, record: P) -> NodeInput
-    where
-        U: Data,
-        P: Fn(&U) -> &T + Send + Sync + 'static,
-    {
-        let hasher: KeyHasher<U> = match self.key_ref.clone() {
-            Some(key) => Arc::new(move |u: &U| key_hash_only(key(record(u)))),
-            None => {
-                let key = self.key.clone();
-                Arc::new(move |u: &U| key_hash_only(&key(record(u))))
-            }
-        };
-        NodeInput {
-            node,
-            partitioner: Some(Partitioner::Hash),
-            key: Some(Arc::new(hasher)),
-        }
-    }
-
-    /// Keyed reduce with an associative `f`. STREAMING: the updated value for every record.
-    /// BATCH: a combiner before the exchange, then one result per key.
-    pub fn reduce<F: Fn(T, T) -> T + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
-        self.reduce_named("Reduce", f)
-    }
-
-    fn reduce_named<F: Fn(T, T) -> T + Send + Sync + 'static>(&self, name: &str, f: F) -> DataStream<T> {
-        let f = Arc::new(f);
-        let key = self.key.clone();
-        match self.stream.mode() {
-            RuntimeMode::Streaming => {
-                let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-                    Ok(erase::<T>(Box::new(StreamingReduce {
-                        key: key.clone(),
-                        f: f.clone(),
-                        state: ctx.keyed()?,
-                        down: downcast::<T>(down)?,
-                    })))
-                });
-                let input = self.hash_input(self.stream.node);
-                self.stream
-                    .add_operator("reduce", name, Par::Default, input, factory)
-            }
-            RuntimeMode::Batch => {
-                let (ck, cf, ckr) = (key.clone(), f.clone(), self.key_ref.clone());
-                let combine: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-                    Ok(erase::<T>(Box::new(Combiner {
-                        key: ck.clone(),
-                        key_ref: ckr.clone(),
-                        f: cf.clone(),
-                        state: KeyMap::default(),
-                        down: downcast::<T>(down)?,
-                    })))
-                });
-                let input = NodeInput {
-                    node: self.stream.node,
-                    partitioner: None,
-                    key: None,
-                };
-                let combined: DataStream<T> =
-                    self.stream
-                        .add_operator("combine", "Combine", Par::SameAsInput, input, combine);
-                let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-                    Ok(erase::<T>(Box::new(SortedReduce {
-                        key: key.clone(),
-                        f: f.clone(),
-                        records: Vec::new(),
-                        down: downcast::<T>(down)?,
-                    })))
-                });
-                let input = self.hash_input(combined.node);
-                self.stream
-                    .add_operator("reduce", name, Par::Default, input, factory)
-            }
-        }
-    }
-
-    /// Per-key function with state `S` (default-initialised per key):
-    /// `f(key, value, &mut state, out)`. BATCH processes the keys one at a time, in key order.
-    /// `S` is any [`Data`]: a number, a tuple, or the [`ValueState`](crate::ValueState),
-    /// [`ListState`](crate::ListState) and [`MapState`](crate::MapState) facades; in STREAMING it is
-    /// checkpointed with the job (and kept in RocksDB with `state.backend.type: rocksdb`).
-    pub fn process<S, O, F>(&self, f: F) -> DataStream<O>
-    where
-        S: Data + Default,
-        O: Data,
-        F: Fn(&K, T, &mut S, &mut dyn Collector<O>) + Send + Sync + 'static,
-    {
-        let f = Arc::new(f);
-        let key = self.key.clone();
-        let batch = self.stream.mode() == RuntimeMode::Batch;
-        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            let down = downcast::<O>(down)?;
-            Ok(if batch {
-                erase::<T>(Box::new(SortedProcess::<T, K, S, O, F> {
-                    key: key.clone(),
-                    f: f.clone(),
-                    records: Vec::new(),
-                    down,
-                    _state: PhantomData,
-                }))
-            } else {
-                erase::<T>(Box::new(StreamingProcess::<T, K, S, O, F> {
-                    key: key.clone(),
-                    f: f.clone(),
-                    state: ctx.keyed()?,
-                    down,
-                    _in: PhantomData,
-                }))
-            })
-        });
-        let input = self.hash_input(self.stream.node);
-        self.stream
-            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
-    }
-
-    /// A [`KeyedProcessFunction`] over this keyed stream (Flink's `process(KeyedProcessFunction)`):
-    /// per-key state and event-time and processing-time timers, checkpointed in either state
-    /// backend. In BATCH the same operator runs; event time ends with the input.
-    pub fn process_function<O, F>(&self, f: F) -> DataStream<O>
-    where
-        O: Data,
-        F: KeyedProcessFunction<K, T, O>,
-    {
-        lock(&self.stream.shared).timed = true;
-        let f = Arc::new(f);
-        let key = self.key.clone();
-        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
-            Ok(erase::<T>(Box::new(KeyedProcessOperator::<T, K, O, F>::new(
-                key.clone(),
-                f.clone(),
-                state,
-                timers,
-                ctx.task_time()?,
-                downcast::<O>(down)?,
-            ))))
-        });
-        let input = self.hash_input(self.stream.node);
-        self.stream
-            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
-    }
-
-    /// Records per key, as `(key, count)`.
-    pub fn count(&self) -> DataStream<(K, u64)> {
-        let key = self.key.clone();
-        self.stream
-            .map(move |r: T| (key(&r), 1u64))
-            .key_by(|p: &(K, u64)| p.0.clone())
-            .reduce_named("Count", |a, b| (a.0, a.1 + b.1))
-    }
-}
-
-impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<(A, N), K> {
-    /// Sums the second field per key, keeping the first (Flink's `sum(1)` on a `Tuple2`).
-    /// STREAMING: the updated sum for every record, computed as local-global aggregation (records of
-    /// one key are grouped per input batch before the exchange, see `SumGrouper`). BATCH: a
-    /// combiner before the exchange, then one result per key.
-    pub fn sum(&self) -> DataStream<(A, N)> {
-        if self.stream.mode() == RuntimeMode::Batch {
-            return self.reduce_named("Sum", |a, b| (a.0, a.1 + b.1));
-        }
-        let (key, key_ref) = (self.key.clone(), self.key_ref.clone());
-        let (gk, gkr) = (key.clone(), key_ref.clone());
-        let group: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            Ok(erase::<(A, N)>(Box::new(SumGrouper::new(
-                gk.clone(),
-                gkr.clone(),
-                downcast::<SumGroup<A, N>>(down)?,
-                ctx.metrics.clone(),
-            ))))
-        });
-        let input = NodeInput {
-            node: self.stream.node,
-            partitioner: None,
-            key: None,
-        };
-        let grouped: DataStream<SumGroup<A, N>> =
-            self.stream
-                .add_operator("localsum", "LocalSum", Par::SameAsInput, input, group);
-        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            Ok(erase::<SumGroup<A, N>>(Box::new(StreamingSumGroups {
-                key: key.clone(),
-                key_ref: key_ref.clone(),
-                state: ctx.keyed()?,
-                down: downcast::<(A, N)>(down)?,
-                grouped: 0,
-                metrics: ctx.metrics.clone(),
-            })))
-        });
-        let input = self.hash_input_via(grouped.node, |g: &SumGroup<A, N>| &g.0);
-        self.stream
-            .add_operator("reduce", "Sum", Par::Default, input, factory)
     }
 }
