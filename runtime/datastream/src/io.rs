@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -12,6 +11,7 @@ use opendal::Operator;
 use crate::data::Data;
 use crate::error::{Error, Result};
 use crate::operators::{BoxOp, Chunk, Collector, Op, Target};
+use crate::pace::{Pacer, Stride};
 use crate::types::TaskMetrics;
 
 /// Bytes a text source reads per request (and per batch pushed through the chain).
@@ -345,10 +345,15 @@ pub(crate) trait Source<T>: Send {
     }
     /// This source is one of `n` splits a subtask reads: a rate-limited one takes `1/n` of it.
     fn share_rate(&mut self, _n: usize) {}
+    /// A source that knows its event time (a split's watermark, Flink's per-split watermark
+    /// generation): no record it emits later has a smaller timestamp. `None`: it does not know.
+    fn watermark(&self) -> Option<i64> {
+        None
+    }
 }
 
 /// Parses `name=value,name=value` positions.
-fn position_fields<const N: usize>(
+pub(crate) fn position_fields<const N: usize>(
     position: &str,
     names: [&str; N],
 ) -> std::result::Result<[u64; N], String> {
@@ -421,6 +426,12 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
 
     fn pending(&self) -> Option<u64> {
         self.sources.iter().map(|s| s.pending()).sum()
+    }
+
+    /// The splits' watermarks combine as a task's channels do: the smallest (a finished split
+    /// holds nothing back).
+    fn watermark(&self) -> Option<i64> {
+        self.sources.iter().map(|s| s.watermark()).min().flatten()
     }
 }
 
@@ -594,114 +605,55 @@ pub fn generator_vocabulary() -> (Vec<f64>, Vec<String>) {
 }
 
 /// `data_generator`: lines `subtask, subtask + p, ...` (unbounded) or this subtask's contiguous
-/// share of `0..count`, optionally at a rate: `rates` are `(from line, lines per second)` steps for
-/// this subtask (its share of the whole source's rate), the step whose first line `next` reached
-/// applies. Behind schedule (backpressured), it reads as fast as it can until it caught up, and
-/// reports how far behind it is as pending records (a Kafka source's lag); waiting for a line's
-/// time is idle time.
+/// share of `0..count`, optionally at a rate ([`Pacer`]: this subtask's share of the whole
+/// source's rate).
 #[derive(Debug)]
 pub(crate) struct GeneratorSource {
     pub seed: u64,
-    pub next: u64,
-    pub end: Option<u64>,
-    pub step: u64,
-    pub rates: Vec<(u64, f64)>,
-    pub emitted: u64,
-    /// Where the current rate's clock started: when, at which rate, after how many lines.
-    pub started: Option<(Instant, f64, u64)>,
+    pub stride: Stride,
+    pub pacer: Pacer,
     pub vocabulary: (Vec<f64>, Vec<String>),
-    /// Lines behind the schedule at the last batch.
-    pub lag: Option<u64>,
     pub metrics: Arc<TaskMetrics>,
-}
-
-impl GeneratorSource {
-    fn rate(&self) -> Option<f64> {
-        self.rates
-            .iter()
-            .rev()
-            .find(|(from, _)| self.next >= *from)
-            .map(|(_, r)| *r)
-            .filter(|r| *r > 0.0)
-    }
 }
 
 #[async_trait]
 impl Source<String> for GeneratorSource {
     async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
-        let rate = self.rate();
-        let batch = match rate {
-            Some(r) => ((r / 10.0) as u64).clamp(1, 1024),
-            None => 1024,
-        };
-        for _ in 0..batch {
-            if self.end.is_some_and(|e| self.next >= e) {
-                return Ok(false);
-            }
+        let rate = self.pacer.rate(self.stride.next);
+        let batch = self.pacer.batch(self.stride.next);
+        let mut made = 0;
+        while made < batch && !self.stride.done() {
             out.collect(generator_line(
                 self.seed,
-                self.next,
+                self.stride.next,
                 &self.vocabulary.0,
                 &self.vocabulary.1,
             ));
-            self.next += self.step;
-            self.emitted += 1;
+            self.stride.next += self.stride.step;
+            made += 1;
         }
-        if let Some(rate) = rate {
-            let (since, _, base) = match self.started {
-                Some(s) if s.1 == rate => s,
-                _ => *self
-                    .started
-                    .insert((Instant::now(), rate, self.emitted - batch.min(self.emitted))),
-            };
-            let done = (self.emitted - base) as f64;
-            let due_now = since.elapsed().as_secs_f64() * rate;
-            self.lag = Some((due_now - done).max(0.0) as u64);
-            let due = since + Duration::from_secs_f64(done / rate);
-            self.metrics
-                .waiting(crate::types::Wait::Input, tokio::time::sleep_until(due.into()))
-                .await;
+        if made == 0 {
+            return Ok(false);
         }
-        Ok(self.end.is_none_or(|e| self.next < e))
+        self.pacer.pace(rate, made, &self.metrics).await;
+        Ok(!self.stride.done())
     }
 
-    /// Self-describing (the stream's stride and end, not only where it is), so a subtask of
-    /// another parallelism can take the stream over.
     fn position(&self) -> String {
-        match self.end {
-            Some(end) => format!("next={},step={},end={end}", self.next, self.step),
-            None => format!("next={},step={}", self.next, self.step),
-        }
+        self.stride.position()
     }
 
     fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
-        let fields = position.split(',').count();
-        let (next, step, end) = match fields {
-            3 => {
-                let [next, step, end] = position_fields(position, ["next", "step", "end"])?;
-                (next, step, Some(end))
-            }
-            2 => {
-                let [next, step] = position_fields(position, ["next", "step"])?;
-                (next, step, None)
-            }
-            _ => return Err(format!("expected next=N,step=S[,end=E], got {position:?}")),
-        };
-        if step == 0 {
-            return Err("step must be at least 1".into());
-        }
-        (self.next, self.step, self.end) = (next, step, end);
+        self.stride = Stride::restore(position)?;
         Ok(())
     }
 
     fn pending(&self) -> Option<u64> {
-        self.lag
+        self.pacer.lag
     }
 
     fn share_rate(&mut self, n: usize) {
-        for (_, r) in &mut self.rates {
-            *r /= n.max(1) as f64;
-        }
+        self.pacer.share(n)
     }
 }
 
@@ -1531,14 +1483,9 @@ mod tests {
         // Two generator streams of another parallelism's subtasks, taken over by one subtask.
         let make = || GeneratorSource {
             seed: 3,
-            next: 0,
-            end: Some(0),
-            step: 1,
-            rates: Vec::new(),
-            emitted: 0,
-            started: None,
+            stride: Stride::of_subtask(0, 1, Some(0)),
+            pacer: Pacer::default(),
             vocabulary: generator_vocabulary(),
-            lag: None,
             metrics: Arc::default(),
         };
         let mut a = make();

@@ -38,12 +38,13 @@ impl JobRegistry {
         Self::default()
     }
 
-    /// The jobs that ship with Floe: `wordcount` and `pipeline`.
+    /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state` and `nexmark`.
     pub fn builtin() -> Self {
         let mut r = Self::new();
         r.register("wordcount", wordcount);
         r.register("pipeline", pipeline);
         r.register("keyed-state", keyed_state);
+        r.register("nexmark", crate::nexmark::nexmark_job);
         r
     }
 
@@ -73,7 +74,7 @@ impl JobRegistry {
 }
 
 /// Arguments `names` are locations a source or sink can open (a path, `file://`, `s3://`).
-fn location_args(args: &BTreeMap<String, String>, names: &[&str]) -> Result<()> {
+pub(crate) fn location_args(args: &BTreeMap<String, String>, names: &[&str]) -> Result<()> {
     for name in names {
         if let Some(v) = args.get(*name) {
             crate::io::check_location(v).map_err(|e| Error::argument(&format!("--{name}"), e.to_string()))?;

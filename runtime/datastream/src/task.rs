@@ -588,12 +588,21 @@ pub(crate) struct SourceHead<T, S> {
     pub source: S,
     pub chain: BoxOp<T>,
     pub metrics: Arc<TaskMetrics>,
+    /// The last watermark the source's splits gave (sources that know their event time).
+    pub watermark: i64,
 }
 
 #[async_trait]
 impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
     async fn produce(&mut self) -> Result<bool> {
         let more = self.source.produce(&mut *self.chain).await?;
+        if let Some(w) = self.source.watermark()
+            && w > self.watermark
+        {
+            self.watermark = w;
+            self.metrics.set_watermark(w);
+            self.chain.on_time(TimeEvent::Watermark(w));
+        }
         if let Some(n) = self.source.pending() {
             self.metrics
                 .pending_records

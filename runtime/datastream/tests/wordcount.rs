@@ -1,133 +1,19 @@
 //! End-to-end runs of whole jobs in one process, through an in-memory shuffle.
 
+mod common;
+
+use common::{run, temp_dir};
+
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use floe_datastream::{
-    BuiltJob, Collector, JobArgs, JobRegistry, RuntimeMode, StreamExecutionEnvironment, TaskContext,
-    TaskMetrics, generator_line, generator_vocabulary,
+    BuiltJob, Collector, JobArgs, JobRegistry, RuntimeMode, StreamExecutionEnvironment, generator_line,
+    generator_vocabulary,
 };
-use floe_scheduler::job_graph::{ResultPartitionType, VertexIndex};
+use floe_scheduler::job_graph::ResultPartitionType;
 use floe_scheduler::{DistributionPattern, Partitioner};
-use floe_shuffle::{GateItem, InputGate, PartitionStats, PartitionWriter};
-use tokio::sync::mpsc;
-
-/// Writer: one bounded channel per consumer subtask (backpressure), bytes counted per subpartition.
-struct MemWriter {
-    /// The producer subtask: the consumer's channel index.
-    from: usize,
-    to: Vec<mpsc::Sender<(usize, Bytes)>>,
-    bytes: Vec<u64>,
-}
-
-#[async_trait]
-impl PartitionWriter for MemWriter {
-    fn num_subpartitions(&self) -> u32 {
-        self.to.len() as u32
-    }
-    async fn emit(&mut self, subpartition: u32, buffer: Bytes) -> floe_shuffle::Result<()> {
-        self.bytes[subpartition as usize] += buffer.len() as u64;
-        self.to[subpartition as usize]
-            .send((self.from, buffer))
-            .await
-            .map_err(|_| floe_shuffle::Error::Released("consumer gone".into()))
-    }
-    async fn finish(self: Box<Self>) -> floe_shuffle::Result<PartitionStats> {
-        Ok(PartitionStats {
-            bytes_per_subpartition: self.bytes,
-        })
-    }
-}
-
-/// Gate: ends when every producer's writer is gone; one channel per producer subtask.
-struct MemGate(mpsc::Receiver<(usize, Bytes)>, usize);
-
-#[async_trait]
-impl InputGate for MemGate {
-    async fn next(&mut self) -> floe_shuffle::Result<Option<GateItem>> {
-        Ok(self
-            .0
-            .recv()
-            .await
-            .map(|(channel, data)| GateItem::Buffer { channel, data }))
-    }
-    fn num_channels(&self) -> usize {
-        self.1
-    }
-}
-
-/// Runs every subtask of the job concurrently; returns the stats of all tasks.
-async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> Vec<Vec<PartitionStats>> {
-    let g = job.job_graph();
-    // Per data set, per consumer subtask: a channel.
-    let mut senders: Vec<Vec<mpsc::Sender<(usize, Bytes)>>> = Vec::new();
-    let mut receivers: Vec<Vec<Option<mpsc::Receiver<(usize, Bytes)>>>> = Vec::new();
-    for ds in g.data_sets() {
-        let p = g.vertex(ds.consumer).parallelism;
-        let (tx, rx): (Vec<_>, Vec<_>) = (0..p).map(|_| mpsc::channel(8)).unzip();
-        senders.push(tx);
-        receivers.push(rx.into_iter().map(Some).collect());
-    }
-    let mut handles = Vec::new();
-    for (vi, v) in g.vertices().iter().enumerate() {
-        for s in 0..v.parallelism {
-            let outputs: Vec<Box<dyn PartitionWriter>> = g
-                .outputs(VertexIndex(vi as u32))
-                .iter()
-                .map(|r| {
-                    let to = senders[r.0 as usize].clone();
-                    Box::new(MemWriter {
-                        from: s as usize,
-                        bytes: vec![0; to.len()],
-                        to,
-                    }) as Box<dyn PartitionWriter>
-                })
-                .collect();
-            let inputs: Vec<Box<dyn InputGate>> = g
-                .inputs(VertexIndex(vi as u32))
-                .iter()
-                .map(|r| {
-                    let producers = g.vertex(g.data_sets()[r.0 as usize].producer).parallelism as usize;
-                    Box::new(MemGate(
-                        receivers[r.0 as usize][s as usize].take().expect("one gate"),
-                        producers,
-                    )) as Box<dyn InputGate>
-                })
-                .collect();
-            let ctx = TaskContext {
-                subtask: s,
-                parallelism: v.parallelism,
-                attempt: 0,
-                inputs,
-                outputs,
-                metrics: Arc::new(TaskMetrics::default()),
-                buffer_timeout: timeout,
-                buffer_size,
-                configuration: job.configuration().clone(),
-                ..TaskContext::default()
-            };
-            let task = job.create_task(vi as u32, ctx).expect("task");
-            handles.push(tokio::spawn(task.run()));
-        }
-    }
-    drop(senders);
-    let mut stats = Vec::new();
-    for h in handles {
-        stats.push(h.await.expect("join").expect("task succeeds"));
-    }
-    stats
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("floe-ds-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
 
 /// Seeded input: generator lines with capitals and punctuation mixed in, over several files.
 fn write_input(dir: &Path) -> HashMap<String, u64> {

@@ -273,5 +273,6 @@ fn task_metrics(id: &pb::ExecutionAttemptId, m: &TaskMetrics) -> pb::TaskMetrics
         backpressured_ns: m.backpressured_ns.load(Ordering::Relaxed),
         running_ns: m.running_ns(),
         pending_records: m.pending(),
+        current_watermark: m.current_watermark(),
     }
 }

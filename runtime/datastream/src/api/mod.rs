@@ -20,6 +20,7 @@ use crate::io::{
 use crate::operators::{
     AnyOp, BoxOp, Collector, FilterOp, FlatMapOp, KeyRefFn, MapOp, OpContext, OpFactory, downcast, erase,
 };
+use crate::pace::{Pacer, Stride};
 use crate::task::{Head, SourceHead, StreamType, TypeOf};
 use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 
@@ -293,6 +294,22 @@ impl StreamExecutionEnvironment {
         DataStream::at(self.shared.clone(), node)
     }
 
+    /// A source that sets its records' timestamps and gives its splits' watermarks (the job is
+    /// timed): `make` builds one split's source for a subtask.
+    pub(crate) fn timed_source<T, S, M>(&self, name: &str, make: M) -> DataStream<T>
+    where
+        T: Data,
+        S: io::Source<T> + 'static,
+        M: Fn(&OpContext, Arc<crate::time::TaskTime>) -> S + Send + Sync + 'static,
+    {
+        lock(&self.shared).timed = true;
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
+            let time = ctx.task_time()?;
+            source_head(ctx, || make(ctx, time.clone()), chain)
+        });
+        self.add_source("source", name.to_string(), Par::Default, factory)
+    }
+
     /// Lines of a file, or of the files of a directory (`/path`, `file:///path`, `s3://bucket/prefix`),
     /// split by byte ranges across the subtasks.
     pub fn read_text_file(&self, url: &str) -> DataStream<String> {
@@ -332,21 +349,12 @@ impl StreamExecutionEnvironment {
         rates: Vec<(u64, f64)>,
     ) -> DataStream<String> {
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
-            let (p, s) = (u64::from(ctx.parallelism), u64::from(ctx.subtask));
-            let (next, end, step) = match count {
-                Some(c) => (c * s / p, Some(c * (s + 1) / p), 1),
-                None => (s, None, p),
-            };
+            let p = f64::from(ctx.parallelism.max(1));
             let source = || GeneratorSource {
                 seed,
-                next,
-                end,
-                step,
-                rates: rates.iter().map(|&(from, r)| (from, r / p as f64)).collect(),
-                emitted: 0,
-                started: None,
+                stride: Stride::of_subtask(ctx.subtask, ctx.parallelism, count),
+                pacer: Pacer::new(rates.iter().map(|&(from, r)| (from, r / p)).collect()),
                 vocabulary: io::generator_vocabulary(),
-                lag: None,
                 metrics: ctx.metrics.clone(),
             };
             source_head(ctx, source, chain)
@@ -400,6 +408,7 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
             source: make(),
             chain: Box::new(counted),
             metrics: ctx.metrics.clone(),
+            watermark: crate::time::MIN_WATERMARK,
         }));
     };
     let mut sources = Vec::with_capacity(restore.sources.len());
@@ -418,6 +427,7 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
         source: io::MultiSource::new(sources),
         chain: Box::new(counted),
         metrics: ctx.metrics.clone(),
+        watermark: crate::time::MIN_WATERMARK,
     }))
 }
 

@@ -133,6 +133,8 @@ pub struct TaskCounters {
     pub backpressured_ns: u64,
     pub running_ns: u64,
     pub pending_records: Option<u64>,
+    /// The subtask's current watermark (event-time jobs), once it has one.
+    pub current_watermark: Option<i64>,
 }
 
 /// One job's scheduling state and its reactions to events.

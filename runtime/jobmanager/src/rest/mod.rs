@@ -1,5 +1,6 @@
 //! The REST API, in the shape of Flink's: `GET /jobs`, `GET /jobs/{id}`, `PATCH /jobs/{id}` (cancel),
-//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint), savepoints
+//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint),
+//! `GET /jobs/{id}/vertices/{vertex}/watermarks` (each subtask's current watermark), savepoints
 //! (`savepoints.rs`), plus `GET /taskmanagers` (slots and shuffle buffer use, which the
 //! backpressure test reads).
 
@@ -30,6 +31,7 @@ pub fn router(jm: JobManager) -> Router {
             "/jobs/{id}/resource-requirements",
             get(resource_requirements).put(put_resource_requirements),
         )
+        .route("/jobs/{id}/vertices/{vertex}/watermarks", get(watermarks))
         .route("/taskmanagers", get(taskmanagers))
         // As Flink's REST API: every error answers `{"errors": [...]}` naming what was asked.
         .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
@@ -63,6 +65,34 @@ async fn list_jobs(State(jm): State<JobManager>) -> Json<Value> {
         )
         .collect();
     Json(json!({ "jobs": jobs }))
+}
+
+/// Flink's `GET /jobs/{id}/vertices/{vertex}/watermarks`: each subtask's
+/// `{subtask}.currentInputWatermark` as a string of ms (Flink's shape); a subtask without a
+/// watermark yet is left out. `vertex` is the vertex id `/jobs/{id}` lists.
+async fn watermarks(State(jm): State<JobManager>, Path((id, vertex)): Path<(String, String)>) -> Response {
+    let state = jm.state();
+    let Some(job) = state.jobs.get(&id) else {
+        return not_found(format!("job {id} not found"));
+    };
+    let m = &job.master;
+    let g = &m.graph;
+    let Some(ejv) = g
+        .job_vertices()
+        .iter()
+        .find(|ejv| g.job_graph().vertex(ejv.index).id == vertex)
+    else {
+        return not_found(format!("job {id} has no vertex {vertex}"));
+    };
+    let values: Vec<Value> = ejv
+        .subtasks
+        .iter()
+        .filter_map(|ev| {
+            let w = m.counters[g.global_index(ev.id)].current_watermark?;
+            Some(json!({ "id": format!("{}.currentInputWatermark", ev.id.subtask), "value": w.to_string() }))
+        })
+        .collect();
+    Json(Value::Array(values)).into_response()
 }
 
 /// A job that ended under an earlier JobManager: what the operation log knows of it.
@@ -119,6 +149,8 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                         "taskmanager-id": loc.map(|s| s.taskmanager.clone()),
                         "slot": loc.map(|s| s.slot),
                         "records-in": m.counters[global].records_in,
+                        // Flink's `currentInputWatermark` (ms); absent before the first.
+                        "watermark": m.counters[global].current_watermark,
                         "records-out": m.counters[global].records_out,
                         // Flink's task metrics, over the last few seconds.
                         "metrics": m.task_rates(global).map(|r| json!({
@@ -155,6 +187,13 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                 "max-parallelism": v.max_parallelism,
                 "parallelism-decided-at-run-time": g.is_dynamic(ejv.index),
                 "parallelism-decision": decision,
+                // The vertex's watermark: the smallest of its subtasks' (absent until each has one).
+                "watermark": ejv
+                    .subtasks
+                    .iter()
+                    .map(|ev| m.counters[g.global_index(ev.id)].current_watermark)
+                    .collect::<Option<Vec<i64>>>()
+                    .and_then(|w| w.into_iter().min()),
                 "subtasks": subtasks,
             })
         })

@@ -347,6 +347,7 @@ impl From<&pb::TaskMetrics> for TaskCounters {
             backpressured_ns: m.backpressured_ns,
             running_ns: m.running_ns,
             pending_records: m.pending_records,
+            current_watermark: m.current_watermark,
         }
     }
 }

@@ -1,0 +1,152 @@
+//! Nexmark, the streaming benchmark Flink, Arroyo and RisingWave report: the model (people,
+//! auctions, bids), a generator after the reference rules ([`NexmarkConfig`]), a source of it
+//! that is deterministic per seed, split across subtasks and rate-limitable, and the queries
+//! written with the DataStream API, registered as the job `nexmark` (`--query q5 --events N`).
+//!
+//! The source knows its event time: each split (a subtask's stride of event numbers, in time
+//! order) emits the watermark the suite declares (`dateTime - 4 s`), and a subtask reading
+//! several splits (after a rescale) emits the smallest (Flink's per-split watermarks).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::api::{DataStream, StreamExecutionEnvironment};
+use crate::error::Result;
+use crate::io::Source;
+use crate::operators::Op;
+use crate::pace::{Pacer, Stride};
+use crate::time::TaskTime;
+use crate::types::TaskMetrics;
+
+mod generator;
+mod model;
+mod queries;
+
+pub use generator::{BASE_TIME, FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig};
+pub use model::{Auction, Bid, Event, Person, sql_timestamp};
+pub use queries::{QUERIES, nexmark_job};
+
+/// The suite's watermark delay: `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`.
+pub const WATERMARK_DELAY_MS: i64 = 4_000;
+
+/// One split of the generator: events `next, next + step, ...`.
+pub(crate) struct NexmarkSource {
+    config: Arc<NexmarkConfig>,
+    stride: Stride,
+    pacer: Pacer,
+    time: Arc<TaskTime>,
+    /// The time of the last event made: later ones of this split are no earlier.
+    last: Option<i64>,
+    metrics: Arc<TaskMetrics>,
+}
+
+#[async_trait]
+impl Source<Event> for NexmarkSource {
+    async fn produce(&mut self, out: &mut dyn Op<Event>) -> Result<bool> {
+        let rate = self.pacer.rate(self.stride.next);
+        let batch = self.pacer.batch(self.stride.next);
+        let mut made = 0;
+        while made < batch && !self.stride.done() {
+            let event = self.config.event(self.stride.next);
+            let ts = event.date_time();
+            self.time.set_timestamp(ts);
+            self.last = Some(ts);
+            out.collect(event);
+            self.stride.next += self.stride.step;
+            made += 1;
+        }
+        if made == 0 {
+            return Ok(false);
+        }
+        self.pacer.pace(rate, made, &self.metrics).await;
+        Ok(!self.stride.done())
+    }
+
+    fn position(&self) -> String {
+        self.stride.position()
+    }
+
+    fn restore(&mut self, position: &str) -> std::result::Result<(), String> {
+        self.stride = Stride::restore(position)?;
+        Ok(())
+    }
+
+    fn pending(&self) -> Option<u64> {
+        self.pacer.lag
+    }
+
+    fn share_rate(&mut self, n: usize) {
+        self.pacer.share(n)
+    }
+
+    fn watermark(&self) -> Option<i64> {
+        // Before its first event a split holds event time at the start of its stride.
+        let at = self
+            .last
+            .unwrap_or_else(|| self.config.timestamp(self.stride.next));
+        Some(at - WATERMARK_DELAY_MS - 1)
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// Nexmark events `0..events` (`None`: unbounded) with timestamps and the suite's watermarks,
+    /// at `rate` events per second of wall-clock time for the whole source (`None`: as fast as
+    /// it goes). Subtask `s` of `p` makes events `s, s + p, ...`: the same events at any
+    /// parallelism, every subtask's event time advancing alike.
+    pub fn nexmark_source(
+        &self,
+        config: NexmarkConfig,
+        events: Option<u64>,
+        rate: Option<f64>,
+    ) -> DataStream<Event> {
+        let config = Arc::new(config);
+        self.timed_source("Source: Nexmark", move |ctx, time| {
+            let p = f64::from(ctx.parallelism.max(1));
+            NexmarkSource {
+                config: config.clone(),
+                stride: Stride::interleaved(ctx.subtask, ctx.parallelism, events),
+                pacer: Pacer::new(rate.map(|r| vec![(0, r / p)]).unwrap_or_default()),
+                time,
+                last: None,
+                metrics: ctx.metrics.clone(),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operators::tests::TimedSink;
+    use crate::time::TimeEvent;
+
+    #[tokio::test]
+    async fn a_split_sets_each_events_time_and_trails_it_with_its_watermark() {
+        let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
+        let config = Arc::new(NexmarkConfig::default());
+        let mut source = NexmarkSource {
+            config: config.clone(),
+            stride: Stride::interleaved(1, 3, Some(3_000)),
+            pacer: Pacer::default(),
+            time: time.clone(),
+            last: None,
+            metrics: Arc::default(),
+        };
+        assert_eq!(source.watermark(), Some(config.timestamp(1) - 4_001));
+        let mut sink = TimedSink::new(time);
+        while source.produce(&mut sink).await.unwrap() {}
+        let records = sink.records();
+        assert_eq!(records.len(), 1_000);
+        for (i, (ts, event)) in records.iter().enumerate() {
+            assert_eq!(*event, config.event(1 + 3 * i as u64));
+            assert_eq!(*ts, event.date_time());
+        }
+        assert_eq!(source.watermark(), Some(config.timestamp(2_998) - 4_001));
+        assert!(
+            sink.events()
+                .iter()
+                .all(|e| !matches!(e, TimeEvent::Watermark(_)))
+        );
+    }
+}
