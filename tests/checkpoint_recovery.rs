@@ -9,6 +9,7 @@
 //! the exchange: the barrier must still split the input exactly. `taskmanager_restarted_under_its_id`
 //! kills the only TaskManager and starts a new process under its id at once (a container restart):
 //! the JobManager must treat the new registration as the loss of the old process.
+//! `*_event_time_windows`: Nexmark q5 (event-time windows and timers) through the same kill.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -217,6 +218,124 @@ fn recover(
     Ok(())
 }
 
+/// Events of the Nexmark run and its rate: about 6 s, several checkpoints.
+const NEXMARK_EVENTS: u64 = 200_000;
+const NEXMARK_RATE: u64 = 35_000;
+
+/// Event time under a fault (issue 14): Nexmark q5 (sliding event-time windows per auction, then
+/// a keyed process function whose event-time timers pick each window's hottest auctions) or q11
+/// (session windows per bidder, merging) checkpoints every second; after the second checkpoint the TaskManager running `window#0` is
+/// killed with SIGKILL; the job restores windows, timers and the source's splits, and the
+/// committed output equals the query's definition over the same events, row for row.
+fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
+    let name = format!("nexmark-{query}-{backend}");
+    let dir = scratch(&name);
+    let spec = ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers: 3,
+        slots: 2,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: Duration::from_secs(2),
+        job_file: None,
+        placement: None,
+        env: Vec::new(),
+        properties: Vec::new(),
+    };
+    let cluster = LocalCluster::start(&spec).unwrap();
+    let out = dir.join("out");
+    let storage = format!("file://{}", dir.join("storage").display());
+    let conf: BTreeMap<String, String> = [
+        ("execution.runtime-mode", "STREAMING"),
+        ("parallelism.default", "2"),
+        ("execution.checkpointing.interval", "1 s"),
+        ("state.backend.type", backend),
+        ("restart-strategy.fixed-delay.delay", "200 ms"),
+        ("floe.job-storage.url", storage.as_str()),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let args = [
+        "--query",
+        query,
+        "--events",
+        &NEXMARK_EVENTS.to_string(),
+        "--rate",
+        &NEXMARK_RATE.to_string(),
+        "--output",
+        out.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let id = submit_job(&cluster.rpc_address, "nexmark", args, conf);
+    wait_for("two completed checkpoints", Duration::from_secs(60), || {
+        let c = get(&cluster, &format!("/jobs/{id}/checkpoints"));
+        (c["counts"]["completed"].as_u64().unwrap_or(0) >= 2).then_some(c)
+    });
+    // Event time is visible: every window subtask has a watermark, at least the first event's
+    // time less the suite's 4 s delay.
+    let watermarks = wait_for("the window's watermarks", Duration::from_secs(10), || {
+        let w = get(&cluster, &format!("/jobs/{id}/vertices/window/watermarks"));
+        (w.as_array().map_or(0, Vec::len) == 2).then_some(w)
+    });
+    for w in watermarks.as_array().unwrap() {
+        let ms: i64 = w["value"].as_str().unwrap().parse().unwrap();
+        let first = floe_datastream::nexmark::BASE_TIME - floe_datastream::nexmark::WATERMARK_DELAY_MS;
+        assert!(ms >= first - 1, "{watermarks}");
+    }
+    let job = get(&cluster, &format!("/jobs/{id}"));
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    let window = job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == "window")
+        .unwrap_or_else(|| panic!("no window vertex: {job}"));
+    assert!(window["watermark"].as_i64().is_some(), "{window}");
+    let victim = window["subtasks"][0]["taskmanager-id"].as_str().unwrap().to_string();
+    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let end = wait_for("the job to end", Duration::from_secs(120), || {
+        let j = get(&cluster, &format!("/jobs/{id}"));
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
+    });
+    assert_eq!(end["state"], "FINISHED", "{}", serde_json::to_string_pretty(&end).unwrap());
+    let restarted = end["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v["subtasks"].as_array().unwrap().iter())
+        .any(|s| s["attempt"].as_u64().unwrap_or(0) > 0);
+    assert!(restarted, "the job recovered without new attempts? {end}");
+    let config = floe_datastream::nexmark::NexmarkConfig::default();
+    let bids = floe_datastream::nexmark::bids(&config, NEXMARK_EVENTS);
+    let expected = floe_datastream::nexmark::reference(query, &bids).unwrap();
+    let mut got: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap().to_string_lossy().starts_with("part-") {
+            got.extend(std::fs::read_to_string(path).unwrap().lines().map(String::from));
+        }
+    }
+    got.sort();
+    if got != expected {
+        let dupes = got.windows(2).filter(|w| w[0] == w[1]).count();
+        return Err(format!(
+            "{query}'s output differs from its definition: {} rows, expected {} ({dupes} duplicates)",
+            got.len(),
+            expected.len()
+        )
+        .into());
+    }
+    eprintln!("{name}: {} rows exactly once after the kill", got.len());
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// Issue 11, scenario 7 (Flink's final checkpoint): every part a sink committed is covered by the
 /// job's last completed checkpoint (numbered below the `next_part` its sink state records), so no
 /// output was committed outside a checkpoint at end of input, where a later restore of an earlier
@@ -309,6 +428,13 @@ fn main() {
                 }));
             }
             None => trials.push(Trial::test(test, || Ok(())).with_ignored_flag(true)),
+        }
+    }
+    for backend in ["hashmap", "rocksdb"] {
+        for query in ["q5", "q11"] {
+            trials.push(Trial::test(format!("{backend}_event_time_windows_{query}"), move || {
+                windows_survive_a_kill(backend, query)
+            }));
         }
     }
     trials.push(Trial::test("taskmanager_restarted_under_its_id", || {

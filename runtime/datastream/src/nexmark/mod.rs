@@ -22,10 +22,12 @@ use crate::types::TaskMetrics;
 mod generator;
 mod model;
 mod queries;
+mod reference;
 
 pub use generator::{BASE_TIME, FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig};
 pub use model::{Auction, Bid, Event, Person, sql_timestamp};
 pub use queries::{QUERIES, nexmark_job};
+pub use reference::reference;
 
 /// The suite's watermark delay: `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`.
 pub const WATERMARK_DELAY_MS: i64 = 4_000;
@@ -87,6 +89,16 @@ impl Source<Event> for NexmarkSource {
             .unwrap_or_else(|| self.config.timestamp(self.stride.next));
         Some(at - WATERMARK_DELAY_MS - 1)
     }
+}
+
+/// The bids among events `0..events`.
+pub fn bids(config: &NexmarkConfig, events: u64) -> Vec<Bid> {
+    (0..events)
+        .filter_map(|n| match config.event(n) {
+            Event::Bid(b) => Some(b),
+            _ => None,
+        })
+        .collect()
 }
 
 impl StreamExecutionEnvironment {

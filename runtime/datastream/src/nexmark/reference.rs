@@ -1,0 +1,141 @@
+//! The queries' SQL definitions evaluated in memory over the generated bids, independently of
+//! the operators that run them: what the tests and the benchmark hold Floe's (and Flink's)
+//! output to. Rows are formatted as the job writes them (TAB-separated, times in ms).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::Bid;
+
+fn row(fields: &[String]) -> String {
+    fields.join("\t")
+}
+
+fn bid_row(b: &Bid) -> String {
+    row(&[
+        b.auction.to_string(),
+        b.bidder.to_string(),
+        b.price.to_string(),
+        b.date_time.to_string(),
+        b.extra.clone(),
+    ])
+}
+
+/// Windows `[start, start + size)` every `slide` that hold `ts` (Flink's HOP).
+fn hops(ts: i64, size: i64, slide: i64) -> Vec<i64> {
+    let mut starts = Vec::new();
+    let mut start = ts - ts.rem_euclid(slide);
+    while start > ts - size {
+        starts.push(start);
+        start -= slide;
+    }
+    starts
+}
+
+/// Sessions of one key's sorted times: `(start, end, count)`, a gap of more than `gap` cuts.
+fn sessions(times: &mut [i64], gap: i64) -> Vec<(i64, i64, u64)> {
+    times.sort_unstable();
+    let mut out = Vec::new();
+    let (mut start, mut last, mut n) = (times[0], times[0], 0u64);
+    for &t in times.iter() {
+        if t > last + gap {
+            out.push((start, last + gap, n));
+            start = t;
+            n = 0;
+        }
+        last = t;
+        n += 1;
+    }
+    out.push((start, last + gap, n));
+    out
+}
+
+/// Query `query`'s rows over `bids`, sorted; `None` for a query without a reference (q12, on
+/// processing time).
+pub fn reference(query: &str, bids: &[Bid]) -> Option<Vec<String>> {
+    let mut rows: Vec<String> = match query {
+        "q0" => bids.iter().map(bid_row).collect(),
+        "q1" => bids
+            .iter()
+            .map(|b| {
+                let euros = format!("{:.3}", b.price as f64 * 0.908);
+                row(&[
+                    b.auction.to_string(),
+                    b.bidder.to_string(),
+                    euros,
+                    b.date_time.to_string(),
+                    b.extra.clone(),
+                ])
+            })
+            .collect(),
+        "q2" => bids
+            .iter()
+            .filter(|b| b.auction % 123 == 0)
+            .map(|b| row(&[b.auction.to_string(), b.price.to_string()]))
+            .collect(),
+        "q5" => {
+            // count(*) per auction and hop window, then the auctions at the window's maximum.
+            let mut counts: BTreeMap<i64, HashMap<u64, u64>> = BTreeMap::new();
+            for b in bids {
+                for start in hops(b.date_time, 10_000, 2_000) {
+                    *counts.entry(start).or_default().entry(b.auction).or_default() += 1;
+                }
+            }
+            let mut out = Vec::new();
+            for per_auction in counts.values() {
+                let max = per_auction.values().copied().max().unwrap_or(0);
+                for (auction, n) in per_auction {
+                    if *n >= max {
+                        out.push(row(&[auction.to_string(), n.to_string()]));
+                    }
+                }
+            }
+            out
+        }
+        "q7" => {
+            // The highest price per 10 s tumbling window; the bids at that price whose time is
+            // within [window end - 10 s, window end] (SQL's BETWEEN: both ends).
+            let mut max: BTreeMap<i64, u64> = BTreeMap::new();
+            for b in bids {
+                let start = b.date_time - b.date_time.rem_euclid(10_000);
+                let m = max.entry(start + 10_000).or_default();
+                *m = (*m).max(b.price);
+            }
+            let mut out = Vec::new();
+            for b in bids {
+                for (end, m) in &max {
+                    if b.price == *m && b.date_time >= end - 10_000 && b.date_time <= *end {
+                        out.push(row(&[
+                            b.auction.to_string(),
+                            b.price.to_string(),
+                            b.bidder.to_string(),
+                            b.date_time.to_string(),
+                            b.extra.clone(),
+                        ]));
+                    }
+                }
+            }
+            out
+        }
+        "q11" => {
+            let mut by_bidder: HashMap<u64, Vec<i64>> = HashMap::new();
+            for b in bids {
+                by_bidder.entry(b.bidder).or_default().push(b.date_time);
+            }
+            let mut out = Vec::new();
+            for (bidder, mut times) in by_bidder {
+                for (start, end, n) in sessions(&mut times, 10_000) {
+                    out.push(row(&[
+                        bidder.to_string(),
+                        n.to_string(),
+                        start.to_string(),
+                        end.to_string(),
+                    ]));
+                }
+            }
+            out
+        }
+        _ => return None,
+    };
+    rows.sort();
+    Some(rows)
+}
