@@ -291,7 +291,10 @@ fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
         .find(|v| v["id"] == "window")
         .unwrap_or_else(|| panic!("no window vertex: {job}"));
     assert!(window["watermark"].as_i64().is_some(), "{window}");
-    let victim = window["subtasks"][0]["taskmanager-id"].as_str().unwrap().to_string();
+    let victim = window["subtasks"][0]["taskmanager-id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
     let killed = std::process::Command::new("kill")
         .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
@@ -302,7 +305,12 @@ fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
         let j = get(&cluster, &format!("/jobs/{id}"));
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
     });
-    assert_eq!(end["state"], "FINISHED", "{}", serde_json::to_string_pretty(&end).unwrap());
+    assert_eq!(
+        end["state"],
+        "FINISHED",
+        "{}",
+        serde_json::to_string_pretty(&end).unwrap()
+    );
     let restarted = end["vertices"]
         .as_array()
         .unwrap()
@@ -432,9 +440,10 @@ fn main() {
     }
     for backend in ["hashmap", "rocksdb"] {
         for query in ["q5", "q11"] {
-            trials.push(Trial::test(format!("{backend}_event_time_windows_{query}"), move || {
-                windows_survive_a_kill(backend, query)
-            }));
+            trials.push(Trial::test(
+                format!("{backend}_event_time_windows_{query}"),
+                move || windows_survive_a_kill(backend, query),
+            ));
         }
     }
     trials.push(Trial::test("taskmanager_restarted_under_its_id", || {

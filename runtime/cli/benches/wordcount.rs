@@ -18,89 +18,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{arg, measure};
+
 const FLOE: &str = env!("CARGO_BIN_EXE_floe");
 
 struct Measured {
     name: String,
     wall_s: f64,
     peak_rss_kib: u64,
-}
-
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
-/// Sum of VmRSS over a process and its descendants.
-fn tree_rss_kib(root: u32) -> u64 {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for e in entries.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // Field 4 (ppid) follows the parenthesised command name.
-            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
-                continue;
-            };
-            if let Some(ppid) = after
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u32>().ok())
-            {
-                children.entry(ppid).or_default().push(pid);
-            }
-        }
-    }
-    let mut total = 0;
-    let mut stack = vec![root];
-    while let Some(pid) = stack.pop() {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            total += status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-        stack.extend(children.get(&pid).into_iter().flatten());
-    }
-    total
-}
-
-/// Runs a command to completion, sampling its process tree's memory; returns (wall s, peak KiB, stdout).
-fn measure(cmd: &mut Command) -> (f64, u64, String) {
-    let start = Instant::now();
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("command starts");
-    let pid = child.id();
-    let mut stdout = child.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut s).ok();
-        s
-    });
-    let mut peak = 0;
-    loop {
-        peak = peak.max(tree_rss_kib(pid));
-        if let Ok(Some(status)) = child.try_wait() {
-            assert!(status.success(), "{cmd:?} failed: {status}");
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (
-        start.elapsed().as_secs_f64(),
-        peak,
-        reader.join().unwrap_or_default(),
-    )
 }
 
 /// The physical baseline: read, tokenize as Flink's example does, count in a HashMap, one thread.

@@ -25,7 +25,7 @@ mod queries;
 mod reference;
 
 pub use generator::{BASE_TIME, FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig};
-pub use model::{Auction, Bid, Event, Person, sql_timestamp};
+pub use model::{Auction, Bid, Event, Person, parse_sql_timestamp, sql_timestamp};
 pub use queries::{QUERIES, nexmark_job};
 pub use reference::reference;
 

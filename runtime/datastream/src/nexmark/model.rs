@@ -196,6 +196,92 @@ impl Data for Event {
     }
 }
 
+impl Event {
+    /// An event from a JSON line of the `datagen` schema (what `write_text` writes, and what
+    /// Flink's JSON format reads); the error names what is missing or malformed.
+    pub fn from_json_line(line: &str) -> std::result::Result<Event, String> {
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+        let u =
+            |o: &serde_json::Value, f: &str| o[f].as_u64().ok_or_else(|| format!("{f}: expected an integer"));
+        let s = |o: &serde_json::Value, f: &str| {
+            o[f].as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("{f}: expected a string"))
+        };
+        let t = |o: &serde_json::Value, f: &str| {
+            o[f].as_str()
+                .and_then(parse_sql_timestamp)
+                .ok_or_else(|| format!("{f}: expected a time like 2015-07-15 00:00:00.000"))
+        };
+        match v["event_type"].as_u64() {
+            Some(0) => {
+                let p = &v["person"];
+                Ok(Event::Person(Person {
+                    id: u(p, "id")?,
+                    name: s(p, "name")?,
+                    email_address: s(p, "emailAddress")?,
+                    credit_card: s(p, "creditCard")?,
+                    city: s(p, "city")?,
+                    state: s(p, "state")?,
+                    date_time: t(p, "dateTime")?,
+                    extra: s(p, "extra")?,
+                }))
+            }
+            Some(1) => {
+                let a = &v["auction"];
+                Ok(Event::Auction(Auction {
+                    id: u(a, "id")?,
+                    item_name: s(a, "itemName")?,
+                    description: s(a, "description")?,
+                    initial_bid: u(a, "initialBid")?,
+                    reserve: u(a, "reserve")?,
+                    date_time: t(a, "dateTime")?,
+                    expires: t(a, "expires")?,
+                    seller: u(a, "seller")?,
+                    category: u(a, "category")?,
+                    extra: s(a, "extra")?,
+                }))
+            }
+            Some(2) => {
+                let b = &v["bid"];
+                Ok(Event::Bid(Bid {
+                    auction: u(b, "auction")?,
+                    bidder: u(b, "bidder")?,
+                    price: u(b, "price")?,
+                    channel: s(b, "channel")?,
+                    url: s(b, "url")?,
+                    date_time: t(b, "dateTime")?,
+                    extra: s(b, "extra")?,
+                }))
+            }
+            _ => Err("event_type: expected 0 (person), 1 (auction) or 2 (bid)".into()),
+        }
+    }
+}
+
+/// Parses [`sql_timestamp`]'s format (fractional digits optional, 0 to 3).
+pub fn parse_sql_timestamp(text: &str) -> Option<i64> {
+    let (date, time) = text.trim().split_once(' ')?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    if frac.is_empty() || frac.len() > 3 || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let ms = frac.parse::<i64>().ok()? * 10i64.pow(3 - frac.len() as u32);
+    // Days from the civil date (Howard Hinnant's algorithm, the inverse of `sql_timestamp`'s).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400_000 + hh * 3_600_000 + mm * 60_000 + ss * 1000 + ms)
+}
+
 /// `yyyy-MM-dd HH:mm:ss.SSS` in UTC (Flink's JSON `SQL` timestamp format): days to a civil date
 /// by Howard Hinnant's algorithm.
 pub fn sql_timestamp(ms: i64) -> String {
@@ -228,6 +314,42 @@ mod tests {
         assert_eq!(sql_timestamp(1_436_918_400_000), "2015-07-15 00:00:00.000");
         assert_eq!(sql_timestamp(951_782_400_000 + 1_234), "2000-02-29 00:00:01.234");
         assert_eq!(sql_timestamp(-1), "1969-12-31 23:59:59.999");
+    }
+
+    #[test]
+    fn sql_timestamps_parse_back() {
+        for ms in [
+            0,
+            1_436_918_400_123,
+            951_782_400_000 + 1_234,
+            -1,
+            4_102_444_800_000,
+        ] {
+            assert_eq!(parse_sql_timestamp(&sql_timestamp(ms)), Some(ms), "{ms}");
+        }
+        assert_eq!(
+            parse_sql_timestamp("2015-07-15 00:00:10.1"),
+            Some(1_436_918_410_100)
+        );
+        assert_eq!(
+            parse_sql_timestamp("2015-07-15 00:00:10"),
+            Some(1_436_918_410_000)
+        );
+        assert_eq!(parse_sql_timestamp("2015-13-15 00:00:10"), None);
+        assert_eq!(parse_sql_timestamp("yesterday"), None);
+    }
+
+    #[test]
+    fn events_read_back_from_their_json_lines() {
+        let config = super::super::NexmarkConfig::default();
+        for n in 0..200 {
+            let e = config.event(n);
+            let mut line = Vec::new();
+            e.write_text(&mut line);
+            assert_eq!(Event::from_json_line(std::str::from_utf8(&line).unwrap()), Ok(e));
+        }
+        let err = Event::from_json_line(r#"{"event_type":2,"bid":{"auction":1}}"#).unwrap_err();
+        assert!(err.contains("bidder"), "{err}");
     }
 
     #[test]
