@@ -220,6 +220,7 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
                 gkr.clone(),
                 downcast::<SumGroup<A, N>>(down)?,
                 ctx.metrics.clone(),
+                ctx.time.clone(),
             ))))
         });
         let input = NodeInput {

@@ -10,7 +10,7 @@ use super::{BoxOp, Chunk, Collector, KeyFn, KeyRefFn, Op};
 use crate::checkpoint::{ChainSnapshot, Keyed};
 use crate::data::Data;
 use crate::error::{Error, Result};
-use crate::time::TimeEvent;
+use crate::time::{TaskTime, TimeEvent};
 use crate::types::{KeyMap, TaskMetrics};
 
 /// Folds `value` into a keyed-state slot with `f` and returns the result in place; the slot is
@@ -96,6 +96,10 @@ pub(crate) struct SumGrouper<A, N, K> {
     /// record, so these are added to keep "records out" a count of records.
     pub grouped: u64,
     pub metrics: Arc<TaskMetrics>,
+    /// A timed job: a group holds records of one timestamp only (`stamps[i]` is group `i`'s),
+    /// and goes out with it, so every update keeps its record's event time.
+    pub time: Option<Arc<TaskTime>>,
+    pub stamps: Vec<i64>,
 }
 
 impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
@@ -104,6 +108,7 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
         key_ref: Option<KeyRefFn<(A, N), K>>,
         down: BoxOp<SumGroup<A, N>>,
         metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
     ) -> Self {
         SumGrouper {
             key,
@@ -114,6 +119,8 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
             down,
             grouped: 0,
             metrics,
+            time,
+            stamps: Vec::new(),
         }
     }
 
@@ -121,7 +128,10 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
         self.index.clear();
         self.held = 0;
         let reuse = self.down.takes_reused();
-        for mut group in self.groups.drain(..) {
+        for (i, mut group) in self.groups.drain(..).enumerate() {
+            if let (Some(time), Some(ts)) = (&self.time, self.stamps.get(i)) {
+                time.set_timestamp(*ts);
+            }
             self.grouped += group.1.len() as u64;
             if reuse {
                 self.down.collect_reused(&mut group);
@@ -129,11 +139,17 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> SumGrouper<A, N, K> {
                 self.down.collect(group);
             }
         }
+        self.stamps.clear();
     }
 
-    fn open_group(&mut self, record: (A, N)) {
+    /// A new group for `record`, whose timestamp is `ts` (read before an `emit` moved the
+    /// task's time slot).
+    fn open_group(&mut self, record: (A, N), ts: Option<i64>) {
         self.index.insert((self.key)(&record), self.groups.len());
         self.groups.push((record, Vec::new()));
+        if let Some(ts) = ts {
+            self.stamps.push(ts);
+        }
     }
 }
 
@@ -149,17 +165,19 @@ impl<A: Data, N: Data, K: Data + Hash + Eq> Collector<(A, N)> for SumGrouper<A, 
             }
             None => (self.index.get(&(self.key)(&record)).copied(), false),
         };
+        let ts = self.time.as_ref().map(|t| t.timestamp());
+        let same_time = |i: usize| ts.is_none() || self.stamps.get(i) == ts.as_ref();
         match found {
-            Some(i) if key_is_first || self.groups[i].0.0.data_eq(&record.0) => {
+            Some(i) if (key_is_first || self.groups[i].0.0.data_eq(&record.0)) && same_time(i) => {
                 self.groups[i].1.push(record.1)
             }
             Some(_) => {
-                // Same key, another first field: the updates keep their order if the batch
-                // ends here.
+                // Same key, another first field (or another timestamp): the updates keep their
+                // order if the batch ends here.
                 self.emit();
-                self.open_group(record);
+                self.open_group(record, ts);
             }
-            None => self.open_group(record),
+            None => self.open_group(record, ts),
         }
         self.held += 1;
         if self.held >= GROUPER_MAX_RECORDS {
@@ -559,6 +577,7 @@ mod tests {
             key_ref,
             Box::new(sum) as BoxOp<SumGroup<String, u64>>,
             Arc::default(),
+            None,
         )
     }
 
@@ -601,6 +620,42 @@ mod tests {
         }
         assert_eq!(got, expected, "one update per record, per key in arrival order");
         assert_eq!(out.lock().expect("lock").len(), 7);
+    }
+
+    #[test]
+    fn grouped_streaming_sum_keeps_every_updates_timestamp_in_a_timed_job() {
+        let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
+        let sink = crate::operators::tests::TimedSink::<(String, u64)>::new(time.clone());
+        let key: KeyFn<(String, u64), String> = Arc::new(|r: &(String, u64)| r.0.clone());
+        let sum = StreamingSumGroups {
+            key: key.clone(),
+            key_ref: None,
+            state: Keyed::new(None, 0..128, 128).expect("heap state"),
+            down: Box::new(sink.clone()) as BoxOp<(String, u64)>,
+            grouped: 0,
+            metrics: Arc::default(),
+        };
+        let mut grouper = SumGrouper::new(
+            key,
+            None,
+            Box::new(sum) as BoxOp<SumGroup<String, u64>>,
+            Arc::default(),
+            Some(time.clone()),
+        );
+        for (w, n, ts) in [("a", 1u64, 10i64), ("a", 2, 10), ("a", 3, 20), ("b", 1, 20)] {
+            time.set_timestamp(ts);
+            grouper.collect((w.to_string(), n));
+        }
+        grouper.on_time(TimeEvent::Watermark(20));
+        let got = sink.records();
+        let want =
+            [(10, "a", 1), (10, "a", 3), (20, "a", 6), (20, "b", 1)].map(|(t, w, n)| (t, (w.to_string(), n)));
+        assert_eq!(got, want, "each running total carries its own record's timestamp");
+        assert_eq!(
+            sink.watermarks(),
+            vec![20],
+            "the watermark after the groups it follows"
+        );
     }
 
     #[test]
