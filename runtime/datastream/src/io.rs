@@ -169,6 +169,24 @@ impl SplitReader {
         SplitReader::of(loc, files, 0, chunk)
     }
 
+    /// Whole files: file `i` of the listing goes to subtask `i mod parallelism`, read from start
+    /// to end, one after the other (Flink's file source with a format it does not split).
+    pub(crate) fn whole_files(
+        loc: Location,
+        all: &[(String, u64)],
+        subtask: u32,
+        parallelism: u32,
+        chunk: usize,
+    ) -> Self {
+        let files = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u64 % u64::from(parallelism.max(1)) == u64::from(subtask))
+            .map(|(_, (path, len))| (path.clone(), *len, 0, *len))
+            .collect();
+        SplitReader::of(loc, files, 0, chunk)
+    }
+
     /// A reader of `files` at the start of file `file`.
     fn of(loc: Location, files: Vec<(String, u64, u64, u64)>, file: usize, chunk: usize) -> Self {
         let mut reader = SplitReader {
@@ -443,6 +461,8 @@ pub(crate) struct TextSource {
     pub subtask: u32,
     pub parallelism: u32,
     pub chunk: usize,
+    /// Each subtask reads whole files (`SplitReader::whole_files`), not byte ranges.
+    pub whole_files: bool,
     pub reader: Option<SplitReader>,
     /// A checkpointed position to start from, applied when the split is opened.
     pub restored: Option<String>,
@@ -466,7 +486,11 @@ impl TextSource {
                 }
                 None => {
                     let files = list_files(&loc).await?;
-                    SplitReader::new(loc, &files, self.subtask, self.parallelism, self.chunk)
+                    if self.whole_files {
+                        SplitReader::whole_files(loc, &files, self.subtask, self.parallelism, self.chunk)
+                    } else {
+                        SplitReader::new(loc, &files, self.subtask, self.parallelism, self.chunk)
+                    }
                 }
             };
             self.reader = Some(reader);
@@ -1264,6 +1288,7 @@ mod tests {
             subtask,
             parallelism,
             chunk: 5,
+            whole_files: false,
             reader: None,
             restored: None,
         };
@@ -1475,6 +1500,54 @@ mod tests {
             .filter(|n| n.ends_with(".inprogress"))
             .collect();
         assert!(hidden.is_empty(), "{hidden:?}");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[tokio::test]
+    async fn whole_file_splits_give_each_file_to_one_subtask_in_order() {
+        let dir = std::env::temp_dir().join(format!("floe-whole-files-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut expected = write_inputs(&dir);
+        let mut got = Vec::new();
+        for subtask in 0..2 {
+            let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+            let mut source = TextSource {
+                url: dir.to_string_lossy().into_owned(),
+                conf: BTreeMap::new(),
+                subtask,
+                parallelism: 2,
+                chunk: 7,
+                whole_files: true,
+                reader: None,
+                restored: None,
+            };
+            let mut out = crate::operators::tests::VecSink(lines.clone());
+            while source.produce(&mut out).await.expect("produce") {}
+            let lines = lines.lock().expect("lock").clone();
+            // Files in-0, in-2, in-4 (subtask 0) or in-1, in-3, in-5, each whole and in order.
+            let files: Vec<u32> = lines
+                .iter()
+                .filter_map(|l| l.strip_prefix('f')?.split('l').next()?.parse().ok())
+                .collect();
+            assert!(files.iter().all(|f| f % 2 == subtask), "{files:?}");
+            assert!(files.windows(2).all(|w| w[0] <= w[1]), "file by file: {files:?}");
+            for f in files.iter().collect::<std::collections::BTreeSet<_>>() {
+                let numbers: Vec<u64> = lines
+                    .iter()
+                    .filter_map(|l| l.strip_prefix(&format!("f{f}l"))?.split(':').next()?.parse().ok())
+                    .collect();
+                assert_eq!(
+                    numbers,
+                    (0..numbers.len() as u64).collect::<Vec<_>>(),
+                    "file {f} in order"
+                );
+            }
+            got.extend(lines);
+        }
+        got.sort();
+        expected.sort();
+        assert_eq!(got, expected, "every line once");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

@@ -313,6 +313,17 @@ impl StreamExecutionEnvironment {
     /// Lines of a file, or of the files of a directory (`/path`, `file:///path`, `s3://bucket/prefix`),
     /// split by byte ranges across the subtasks.
     pub fn read_text_file(&self, url: &str) -> DataStream<String> {
+        self.text_source(url, false)
+    }
+
+    /// Lines of the files of a directory, each file read whole by one subtask (file `i` of the
+    /// sorted listing by subtask `i mod p`), in order: for files whose order matters, e.g. each
+    /// in event-time order (Flink's file source with a format it does not split).
+    pub fn read_text_files_whole(&self, url: &str) -> DataStream<String> {
+        self.text_source(url, true)
+    }
+
+    fn text_source(&self, url: &str, whole_files: bool) -> DataStream<String> {
         let url = url.to_string();
         let url_for_size = url.clone();
         let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
@@ -322,6 +333,7 @@ impl StreamExecutionEnvironment {
                 subtask: ctx.subtask,
                 parallelism: ctx.parallelism,
                 chunk: io::DEFAULT_READ_CHUNK,
+                whole_files,
                 reader: None,
                 restored: None,
             };

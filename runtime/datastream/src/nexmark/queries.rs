@@ -243,7 +243,9 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
 /// The job `nexmark`: `--query Q --output URL [--events N] [--rate EVENTS_PER_S] [--seed S]
 /// [--event-rate EVENTS_PER_S_OF_EVENT_TIME]`. Without `--events` the source is unbounded. With
 /// `--input URL` the events are read from JSON lines (what `--query export` wrote; what Flink
-/// reads in the benchmark) instead of generated, with the suite's watermarks (`dateTime - 4 s`).
+/// reads in the benchmark) instead of generated, with the suite's watermarks (`dateTime - 4 s`):
+/// each file whole by one subtask, so a subtask's events are in time order when it reads one
+/// file (export at the parallelism the queries read with).
 pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let a = parse_args(
         args,
@@ -273,7 +275,8 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
                 super::WATERMARK_DELAY_MS as u64,
             ))
             .with_timestamp_assigner(|e: &Event, _| e.date_time());
-            env.read_text_file(input)
+            // Each exported file is in time order: read whole, one subtask each.
+            env.read_text_files_whole(input)
                 .map(|line: String| match Event::from_json_line(&line) {
                     Ok(event) => event,
                     // The task fails with the line's error; nothing is skipped silently.
