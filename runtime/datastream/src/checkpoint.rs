@@ -379,7 +379,7 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
 }
 
 /// Every timer as a keyed state entry of its key's key group.
-pub(crate) fn write_timers<K: Data + Ord>(
+pub(crate) fn write_timers<K: Data + Ord + Hash>(
     backend: &mut HashMapStateBackend,
     timers: &Timers<K>,
     max_parallelism: u32,
@@ -416,7 +416,7 @@ pub(crate) fn heap_snapshot<K: Data, V: Data>(
 }
 
 /// The timers a keyed snapshot holds (both domains), for the operator that takes `init`.
-pub(crate) fn restore_timers<K: Data + Ord>(init: Option<&KeyedStateInit>) -> Result<Timers<K>> {
+pub(crate) fn restore_timers<K: Data + Ord + Hash>(init: Option<&KeyedStateInit>) -> Result<Timers<K>> {
     let mut timers = Timers::default();
     for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
         let entries: Vec<Vec<u8>> = match init {

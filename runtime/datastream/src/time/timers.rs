@@ -9,9 +9,11 @@
 //! its key, with the one restore mechanism every keyed state uses.
 
 use std::collections::BTreeSet;
+use std::hash::Hash;
 
 use crate::data::Data;
 use crate::error::{Error, Result};
+use crate::types::KeyMap;
 
 /// State name of event-time timers in a keyed snapshot.
 pub(crate) const EVENT_TIMERS: &str = "timers/event";
@@ -53,24 +55,43 @@ pub(crate) fn decode_timer_entry<K: Data>(mut entry: &[u8]) -> Result<(K, i64)> 
     Ok((key, (u64::from_be_bytes(bytes) ^ (1 << 63)) as i64))
 }
 
+/// The timers of one domain: ordered by time (then key) for firing, and a hash set of the same
+/// timers so that registering one again, what a window does for every element, costs one hash
+/// lookup (Flink's `HeapPriorityQueueSet` pairs its heap with a hash map the same way; the ordered
+/// set alone spent most of a sliding-window task's time searching).
+#[derive(Debug)]
+struct Queue<K> {
+    order: BTreeSet<(i64, K)>,
+    present: KeyMap<(i64, K), ()>,
+}
+
+impl<K> Default for Queue<K> {
+    fn default() -> Self {
+        Queue {
+            order: BTreeSet::new(),
+            present: KeyMap::default(),
+        }
+    }
+}
+
 /// The timers of one task's keys, both domains.
 #[derive(Debug)]
 pub(crate) struct Timers<K> {
-    event: BTreeSet<(i64, K)>,
-    processing: BTreeSet<(i64, K)>,
+    event: Queue<K>,
+    processing: Queue<K>,
 }
 
 impl<K> Default for Timers<K> {
     fn default() -> Self {
         Timers {
-            event: BTreeSet::new(),
-            processing: BTreeSet::new(),
+            event: Queue::default(),
+            processing: Queue::default(),
         }
     }
 }
 
-impl<K: Ord + Clone> Timers<K> {
-    fn queue(&mut self, domain: TimeDomain) -> &mut BTreeSet<(i64, K)> {
+impl<K: Ord + Clone + Hash> Timers<K> {
+    fn queue(&mut self, domain: TimeDomain) -> &mut Queue<K> {
         match domain {
             TimeDomain::EventTime => &mut self.event,
             TimeDomain::ProcessingTime => &mut self.processing,
@@ -79,19 +100,31 @@ impl<K: Ord + Clone> Timers<K> {
 
     /// Registers a timer; `false` when this key had one at this time already.
     pub(crate) fn register(&mut self, domain: TimeDomain, key: K, timestamp: i64) -> bool {
-        self.queue(domain).insert((timestamp, key))
+        let q = self.queue(domain);
+        let timer = (timestamp, key);
+        if q.present.contains_key(&timer) {
+            return false;
+        }
+        q.present.insert(timer.clone(), ());
+        q.order.insert(timer)
     }
 
     /// Deletes a timer; `false` when there was none.
     pub(crate) fn delete(&mut self, domain: TimeDomain, key: &K, timestamp: i64) -> bool {
-        self.queue(domain).remove(&(timestamp, key.clone()))
+        let q = self.queue(domain);
+        let timer = (timestamp, key.clone());
+        q.present.remove(&timer).is_some() && q.order.remove(&timer)
     }
 
     /// Removes and returns the earliest timer of `domain` at or before `time`.
     pub(crate) fn pop_due(&mut self, domain: TimeDomain, time: i64) -> Option<(i64, K)> {
-        let queue = self.queue(domain);
-        match queue.first() {
-            Some((ts, _)) if *ts <= time => queue.pop_first(),
+        let q = self.queue(domain);
+        match q.order.first() {
+            Some((ts, _)) if *ts <= time => {
+                let timer = q.order.pop_first()?;
+                q.present.remove(&timer);
+                Some(timer)
+            }
             _ => None,
         }
     }
@@ -100,21 +133,21 @@ impl<K: Ord + Clone> Timers<K> {
     #[cfg(test)]
     pub(crate) fn next(&self, domain: TimeDomain) -> Option<i64> {
         match domain {
-            TimeDomain::EventTime => self.event.first().map(|t| t.0),
-            TimeDomain::ProcessingTime => self.processing.first().map(|t| t.0),
+            TimeDomain::EventTime => self.event.order.first().map(|t| t.0),
+            TimeDomain::ProcessingTime => self.processing.order.first().map(|t| t.0),
         }
     }
 
     pub(crate) fn iter(&self, domain: TimeDomain) -> impl Iterator<Item = &(i64, K)> {
         match domain {
-            TimeDomain::EventTime => self.event.iter(),
-            TimeDomain::ProcessingTime => self.processing.iter(),
+            TimeDomain::EventTime => self.event.order.iter(),
+            TimeDomain::ProcessingTime => self.processing.order.iter(),
         }
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.event.len() + self.processing.len()
+        self.event.order.len() + self.processing.order.len()
     }
 }
 
