@@ -6,7 +6,8 @@
 //! output exactly (one update per input word, the last one the word's count), for both state
 //! backends, with checkpoints on `file://` and on `s3://` (moto; `SKIPPED` and ignored where
 //! `moto_server` is missing, unless `FLOE_REQUIRE_MOTO` is set). Under the adaptive scheduler the
-//! job follows the TaskManagers it has.
+//! job follows the TaskManagers it has. `*_event_time_windows`: Nexmark q11's session windows and
+//! timers rescaled 2 -> 3 -> 1, the output equal to the query's definition.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -125,6 +126,82 @@ fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), 
     Ok(())
 }
 
+/// Windows and timers rescale with the keyed state (issue 14): Nexmark q11 (session windows per
+/// bidder, event-time timers) goes 2 -> 3 -> 1 subtasks per vertex while it runs; its sessions
+/// and timers move by key group, the source's splits (strides of event numbers, each with its
+/// own watermark) are dealt to the new subtasks, and the committed output equals the query's
+/// definition over the same events, row for row.
+fn windows_rescale_while_running(backend: &str) -> Result<(), Failed> {
+    const EVENTS: u64 = 200_000;
+    let dir = common::scratch(&format!("rescale-windows-{backend}"));
+    let output = dir.join("out");
+    let storage = format!("file://{}", dir.join("storage").display());
+    let m = dir.join("job.yaml");
+    std::fs::write(
+        &m,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale-windows }}\nspec:\n  job:\n    name: nexmark\n    args: [\"--query\", \"q11\", \"--events\", \"{EVENTS}\", \"--rate\", \"20000\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"{storage}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
+            output.display(),
+        ),
+    )
+    .unwrap();
+    let (_jm, rpc, rest) = jobmanager(&m, &dir.join("jm.log"));
+    let _tm = taskmanager(&rpc, 4);
+    let job = wait_job(&rest, Duration::from_secs(30), |j| j["state"] == "RUNNING");
+    let id = job["jid"].as_str().unwrap().to_string();
+    let vertices = vertex_ids(&job);
+    let started = Instant::now();
+    for upper in [3u32, 1] {
+        let before = completed_checkpoint(&rest, &id);
+        while completed_checkpoint(&rest, &id) <= before {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no checkpoint completes"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (status, answer) = put_upper_bound(&rest, &id, &vertices, upper);
+        assert_eq!(status, 200, "{answer}");
+        let job = wait_job(&rest, Duration::from_secs(30), |j| {
+            j["vertices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v["parallelism"] == upper)
+                || j["state"] != "RUNNING"
+        });
+        assert_eq!(job["state"], "RUNNING", "{job}");
+    }
+    let done = wait_job(&rest, Duration::from_secs(90), |j| {
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
+    });
+    assert_eq!(done["state"], "FINISHED", "{done}");
+    let bids = floe_datastream::nexmark::bids(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::reference("q11", &bids).unwrap();
+    let mut got: Vec<String> = std::fs::read_dir(&output)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    got.sort();
+    if got != want {
+        return Err(format!("q11 after rescales: {} rows, expected {}", got.len(), want.len()).into());
+    }
+    println!(
+        "{backend}: q11 rescaled 2 -> 3 -> 1, {} sessions exactly",
+        got.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// Bounds a job cannot run at are refused with a message naming what is wrong.
 fn bad_resource_requirements_name_the_problem() -> Result<(), Failed> {
     let dir = common::scratch("rescale-bad");
@@ -235,6 +312,12 @@ fn the_adaptive_scheduler_follows_the_taskmanagers() -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
+    let mut windows = Vec::new();
+    for backend in ["hashmap", "rocksdb"] {
+        windows.push(Trial::test(format!("{backend}_event_time_windows"), move || {
+            windows_rescale_while_running(backend)
+        }));
+    }
     let moto = MotoServer::for_tests("rescaling with checkpoints on s3://", "floe-rescale");
     let mut trials = Vec::new();
     for backend in ["hashmap", "rocksdb"] {
@@ -261,5 +344,6 @@ fn main() {
         "the_adaptive_scheduler_follows_the_taskmanagers",
         the_adaptive_scheduler_follows_the_taskmanagers,
     ));
+    trials.extend(windows);
     libtest_mimic::run(&args, trials).exit();
 }
