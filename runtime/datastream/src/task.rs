@@ -137,6 +137,7 @@ pub(crate) fn pointwise_targets(producer: u32, producers: u32, consumers: u32) -
 }
 
 impl<T: Data> RecordWriter<T> {
+    #[allow(clippy::too_many_arguments)]
     fn new(
         routes: &[OutputRoute],
         subpartitions: &[u32],

@@ -261,7 +261,7 @@ impl KeyedStateBackend for RocksDbStateBackend {
             .map_err(|e| backend_error(&self.base, e))
     }
 
-    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>> {
+    fn entries(&self, state: &str) -> Result<Vec<floe_state::Entry>> {
         let mut out = Vec::new();
         let mut prefix = Vec::new();
         for key_group in self.key_groups.clone() {

@@ -39,6 +39,9 @@ pub struct SnapshotTarget {
     pub shared: String,
 }
 
+/// An entry of keyed state: (key group, key, value).
+pub type Entry = (u32, Vec<u8>, Vec<u8>);
+
 /// One task's keyed state, organised by state name and key group.
 ///
 /// Invariants: only key groups in [`KeyedStateBackend::key_groups`] are held; a snapshot holds every
@@ -52,7 +55,7 @@ pub trait KeyedStateBackend: Send {
     fn delete(&mut self, state: &str, key_group: u32, key: &[u8]) -> Result<()>;
     /// Every entry of `state` in the backend's key groups: (key group, key, value), in key group
     /// order. For state read whole when a task starts (timers), not for per-record access.
-    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>>;
+    fn entries(&self, state: &str) -> Result<Vec<Entry>>;
     /// The synchronous part of a snapshot (fixes its content; processing goes on once it returns).
     fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>>;
 }
@@ -207,7 +210,7 @@ impl KeyedStateBackend for HashMapStateBackend {
         Ok(())
     }
 
-    fn entries(&self, state: &str) -> Result<Vec<(u32, Vec<u8>, Vec<u8>)>> {
+    fn entries(&self, state: &str) -> Result<Vec<Entry>> {
         Ok(HashMapStateBackend::entries(self, state)
             .map(|(kg, k, v)| (kg, k.to_vec(), v.to_vec()))
             .collect())

@@ -190,7 +190,7 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
         }
         "q2" => {
             bids(&events)
-                .filter(|b: &Bid| b.auction % 123 == 0)
+                .filter(|b: &Bid| b.auction.is_multiple_of(123))
                 .map(|b: Bid| (b.auction, b.price))
                 .name("q2")
                 .sink_to_file(output);

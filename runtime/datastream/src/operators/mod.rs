@@ -281,12 +281,15 @@ pub(crate) mod tests {
         tail_checkpoint!();
     }
 
+    /// Timestamped records and time events, in the order they came.
+    type Seen<T> = (Vec<(i64, T)>, Vec<TimeEvent>);
+
     /// Collects records with their timestamps and the time events that reach it (processing-time
     /// ticks left out): the tail of timed chains under test.
     #[derive(Clone)]
     pub(crate) struct TimedSink<T> {
         time: Arc<TaskTime>,
-        seen: Arc<std::sync::Mutex<(Vec<(i64, T)>, Vec<TimeEvent>)>>,
+        seen: Arc<std::sync::Mutex<Seen<T>>>,
     }
 
     impl<T: Data> TimedSink<T> {

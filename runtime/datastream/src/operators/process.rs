@@ -310,6 +310,8 @@ mod tests {
     use super::*;
     use crate::operators::tests::TimedSink;
 
+    type CountOp = KeyedProcessOperator<(String, i64), String, (String, u64), CountUntil>;
+
     /// Counts per key and emits the count when event time passes the key's first record + 10.
     struct CountUntil;
 
@@ -341,11 +343,7 @@ mod tests {
     fn operator(
         state: Keyed<String, u64>,
         timers: Timers<String>,
-    ) -> (
-        KeyedProcessOperator<(String, i64), String, (String, u64), CountUntil>,
-        TimedSink<(String, u64)>,
-        Arc<TaskTime>,
-    ) {
+    ) -> (CountOp, TimedSink<(String, u64)>, Arc<TaskTime>) {
         let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
         let sink = TimedSink::new(time.clone());
         let key: KeyFn<(String, i64), String> = Arc::new(|r: &(String, i64)| r.0.clone());

@@ -227,9 +227,11 @@ mod tests {
     use super::*;
     use crate::operators::tests::TimedSink;
 
+    type Assigner = TimestampsAndWatermarks<(i64, u32)>;
+
     fn assigner(
         strategy: WatermarkStrategy<(i64, u32)>,
-    ) -> (TimestampsAndWatermarks<(i64, u32)>, TimedSink<(i64, u32)>) {
+    ) -> (Assigner, TimedSink<(i64, u32)>) {
         let time = Arc::new(TaskTime::new(Duration::from_millis(200)));
         let sink = TimedSink::new(time.clone());
         let op = TimestampsAndWatermarks::new(strategy, time, Arc::default(), Box::new(sink.clone()));

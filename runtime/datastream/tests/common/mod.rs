@@ -15,10 +15,13 @@ use floe_shuffle::{GateItem, InputGate, PartitionStats, PartitionWriter};
 use tokio::sync::mpsc;
 
 /// Writer: one bounded channel per consumer subtask (backpressure), bytes counted per subpartition.
+/// A buffer and the producer subtask that sent it.
+type Sent = (usize, Bytes);
+
 pub struct MemWriter {
     /// The producer subtask: the consumer's channel index.
     from: usize,
-    to: Vec<mpsc::Sender<(usize, Bytes)>>,
+    to: Vec<mpsc::Sender<Sent>>,
     bytes: Vec<u64>,
 }
 
@@ -42,7 +45,7 @@ impl PartitionWriter for MemWriter {
 }
 
 /// Gate: ends when every producer's writer is gone; one channel per producer subtask.
-pub struct MemGate(mpsc::Receiver<(usize, Bytes)>, usize);
+pub struct MemGate(mpsc::Receiver<Sent>, usize);
 
 #[async_trait]
 impl InputGate for MemGate {
@@ -62,8 +65,8 @@ impl InputGate for MemGate {
 pub async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> Vec<Vec<PartitionStats>> {
     let g = job.job_graph();
     // Per data set, per consumer subtask: a channel.
-    let mut senders: Vec<Vec<mpsc::Sender<(usize, Bytes)>>> = Vec::new();
-    let mut receivers: Vec<Vec<Option<mpsc::Receiver<(usize, Bytes)>>>> = Vec::new();
+    let mut senders: Vec<Vec<mpsc::Sender<Sent>>> = Vec::new();
+    let mut receivers: Vec<Vec<Option<mpsc::Receiver<Sent>>>> = Vec::new();
     for ds in g.data_sets() {
         let p = g.vertex(ds.consumer).parallelism;
         let (tx, rx): (Vec<_>, Vec<_>) = (0..p).map(|_| mpsc::channel(8)).unzip();
