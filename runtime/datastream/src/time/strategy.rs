@@ -229,9 +229,7 @@ mod tests {
 
     type Assigner = TimestampsAndWatermarks<(i64, u32)>;
 
-    fn assigner(
-        strategy: WatermarkStrategy<(i64, u32)>,
-    ) -> (Assigner, TimedSink<(i64, u32)>) {
+    fn assigner(strategy: WatermarkStrategy<(i64, u32)>) -> (Assigner, TimedSink<(i64, u32)>) {
         let time = Arc::new(TaskTime::new(Duration::from_millis(200)));
         let sink = TimedSink::new(time.clone());
         let op = TimestampsAndWatermarks::new(strategy, time, Arc::default(), Box::new(sink.clone()));
