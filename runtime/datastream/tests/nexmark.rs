@@ -124,6 +124,42 @@ async fn queries_over_exported_json_lines_equal_their_definition() {
     }
 }
 
+/// BATCH: the windows and process functions sort their input by key and time and run one key at
+/// a time (blocking exchanges between them); the rows are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_in_batch_equal_their_definition() {
+    const N: u64 = 300_000;
+    let bids = floe_datastream::nexmark::bids(&NexmarkConfig::default(), N);
+    for query in ["q5", "q7", "q11"] {
+        let out = temp_dir(&format!("nexmark-batch-{query}"));
+        let job = JobRegistry::builtin()
+            .build(&JobArgs {
+                name: "nexmark".into(),
+                args: [
+                    "--query",
+                    query,
+                    "--events",
+                    &N.to_string(),
+                    "--output",
+                    &format!("file://{}", out.display()),
+                ]
+                .map(String::from)
+                .to_vec(),
+                configuration: BTreeMap::from([
+                    ("parallelism.default".to_string(), "2".to_string()),
+                    ("execution.runtime-mode".to_string(), "BATCH".to_string()),
+                ]),
+            })
+            .expect("nexmark builds");
+        run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+        let want = reference(query, &bids).expect("a reference");
+        assert!(
+            output(&out) == want,
+            "{query} in BATCH differs from its definition"
+        );
+    }
+}
+
 /// Processing-time windows fire on the clock, and (as in Flink) not at the end of a bounded
 /// input: the source is held to 25,000 events/s so the run crosses at least one 10 s window's
 /// end; the windows that fired count each bid at most once.

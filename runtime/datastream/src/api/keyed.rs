@@ -12,8 +12,8 @@ use super::{DataStream, NodeInput, Par, RuntimeMode, lock};
 use crate::data::{Data, key_hash_only};
 use crate::operators::{
     AnyOp, Collector, Combiner, KeyFn, KeyRefFn, KeyedProcessFunction, KeyedProcessOperator, OpContext,
-    OpFactory, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
-    SumGrouper, downcast, erase,
+    OpFactory, SortedKeyedProcess, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce,
+    StreamingSumGroups, SumGroup, SumGrouper, downcast, erase,
 };
 use crate::task::KeyHasher;
 use crate::types::KeyMap;
@@ -168,29 +168,45 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 
     /// A [`KeyedProcessFunction`] over this keyed stream (Flink's `process(KeyedProcessFunction)`):
     /// per-key state and event-time and processing-time timers, checkpointed in either state
-    /// backend. In BATCH the same operator runs; event time ends with the input.
+    /// backend. BATCH sorts the input by key and time and runs one key at a time, its event time
+    /// ending after its last element (`SortedKeyedProcess`).
     pub fn process_function<O, F>(&self, f: F) -> DataStream<O>
     where
         O: Data,
         F: KeyedProcessFunction<K, T, O>,
     {
+        let factory = self.keyed_process_factory(Arc::new(f));
+        let input = self.hash_input(self.stream.node);
+        self.stream
+            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
+    }
+
+    /// The operator of a keyed process function: the timer-aware keyed operator in STREAMING, its
+    /// sorted one-key-at-a-time form in BATCH. Marks the job timed.
+    pub(crate) fn keyed_process_factory<O, F>(&self, f: Arc<F>) -> OpFactory
+    where
+        O: Data,
+        F: KeyedProcessFunction<K, T, O>,
+    {
         lock(&self.stream.shared).timed = true;
-        let f = Arc::new(f);
+        let batch = self.stream.mode() == RuntimeMode::Batch;
         let key = self.key.clone();
-        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+        Arc::new(move |ctx: &OpContext, down: AnyOp| {
             let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
-            Ok(erase::<T>(Box::new(KeyedProcessOperator::<T, K, O, F>::new(
+            let op = KeyedProcessOperator::<T, K, O, F>::new(
                 key.clone(),
                 f.clone(),
                 state,
                 timers,
                 ctx.task_time()?,
                 downcast::<O>(down)?,
-            ))))
-        });
-        let input = self.hash_input(self.stream.node);
-        self.stream
-            .add_operator("process", "KeyedProcess", Par::Default, input, factory)
+            );
+            Ok(if batch {
+                erase::<T>(Box::new(SortedKeyedProcess::new(op)))
+            } else {
+                erase::<T>(Box::new(op))
+            })
+        })
     }
 
     /// Records per key, as `(key, count)`.

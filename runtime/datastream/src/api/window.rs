@@ -13,7 +13,6 @@ use crate::operators::window::{
     ProcessWindowFunction, ProcessingTimeTrigger, ReduceFn, ThenProcess, Trigger, WindowAssigner, WindowFn,
     WindowOperator,
 };
-use crate::operators::{AnyOp, KeyedProcessOperator, OpContext, OpFactory, downcast, erase};
 
 /// A keyed stream whose elements go into windows; a window function makes it a stream again.
 pub struct WindowedStream<T, K> {
@@ -161,7 +160,6 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     }
 
     fn apply<O: Data, W: WindowFn<K, T, O>>(&self, name: &str, f: W) -> DataStream<O> {
-        lock(&self.keyed.stream.shared).timed = true;
         let (assigner, trigger, lateness) = (
             self.assigner,
             self.trigger.unwrap_or_else(|| self.default_trigger()),
@@ -177,18 +175,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
             f,
             _types: PhantomData,
         });
-        let key = self.keyed.key.clone();
-        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
-            let (state, timers) = ctx.keyed_with_timers::<K, _>()?;
-            Ok(erase::<T>(Box::new(KeyedProcessOperator::new(
-                key.clone(),
-                window.clone(),
-                state,
-                timers,
-                ctx.task_time()?,
-                downcast::<O>(down)?,
-            ))))
-        });
+        let factory = self.keyed.keyed_process_factory(window);
         let input = self.keyed.hash_input(self.keyed.stream.node);
         let parallelism = if self.all { Par::Fixed(1) } else { Par::Default };
         self.keyed

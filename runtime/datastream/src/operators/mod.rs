@@ -226,8 +226,8 @@ pub(crate) use keyed::{
     Combiner, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
     SumGrouper,
 };
-pub(crate) use process::KeyedProcessOperator;
 pub use process::{KeyedContext, KeyedProcessFunction};
+pub(crate) use process::{KeyedProcessOperator, SortedKeyedProcess};
 
 /// Counts the records a source emits into its chain as the task's records in (what it read).
 pub(crate) struct CountIn<T> {

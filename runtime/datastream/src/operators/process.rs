@@ -305,6 +305,108 @@ where
     }
 }
 
+/// The BATCH operator of a [`KeyedProcessFunction`] (and so of windows), as seed 000 describes
+/// BATCH keyed operators: the input is kept, sorted by key and then timestamp at the end, and
+/// processed one key at a time with fresh state; after a key's last element its event-time timers
+/// fire (event time ends with the input) and its state is dropped, so state never holds more than
+/// one key. Processing-time timers do not fire. Watermarks before the end are not passed on: the
+/// output comes at the end, and a downstream operator must not see it as late.
+pub(crate) struct SortedKeyedProcess<T, K, O, F: KeyedProcessFunction<K, T, O>> {
+    inner: KeyedProcessOperator<T, K, O, F>,
+    records: Vec<(K, i64, T)>,
+    done: bool,
+}
+
+impl<T, K, O, F> SortedKeyedProcess<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    pub(crate) fn new(inner: KeyedProcessOperator<T, K, O, F>) -> Self {
+        SortedKeyedProcess {
+            inner,
+            records: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn run_sorted(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let mut records = std::mem::take(&mut self.records);
+        // Stable: elements of one key and time keep their arrival order.
+        records.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        let mut records = records.into_iter().peekable();
+        while let Some((key, ts, record)) = records.next() {
+            self.inner.watermark = MIN_WATERMARK;
+            self.inner.time.set_timestamp(ts);
+            self.inner.collect(record);
+            if records.peek().is_some_and(|next| next.0 == key) {
+                continue;
+            }
+            // The key's last element: its event time ends, then its state and timers go.
+            self.inner.watermark = i64::MAX;
+            self.inner.fire(TimeDomain::EventTime, i64::MAX);
+            while self
+                .inner
+                .timers
+                .pop_due(TimeDomain::ProcessingTime, i64::MAX)
+                .is_some()
+            {}
+            self.inner.state.update_keep(&key, |_, _| false);
+        }
+    }
+}
+
+impl<T, K, O, F> Collector<T> for SortedKeyedProcess<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    fn collect(&mut self, record: T) {
+        let key = (self.inner.key)(&record);
+        self.records.push((key, self.inner.time.timestamp(), record));
+    }
+}
+
+impl<T, K, O, F> Op<T> for SortedKeyedProcess<T, K, O, F>
+where
+    T: Data,
+    K: Data + Hash + Eq + Ord,
+    O: Data,
+    F: KeyedProcessFunction<K, T, O>,
+{
+    fn on_time(&mut self, event: TimeEvent) {
+        if event == TimeEvent::Watermark(i64::MAX) {
+            self.run_sorted();
+            self.inner.down.on_time(event);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.run_sorted();
+        self.inner.down.finish()
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.inner.down.drain(flush, out)
+    }
+
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        // BATCH jobs take no checkpoints; the rest of the chain decides.
+        self.inner.down.snapshot(checkpoint, out)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.inner.failure()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +493,33 @@ mod tests {
             vec![14, MAX_WATERMARK],
             "each after the timers it fired"
         );
+    }
+
+    #[test]
+    fn batch_runs_one_key_at_a_time_in_time_order_and_fires_its_timers_after_its_last_element() {
+        let (op, sink, time) = operator(Keyed::new(None, 0..128, 128).unwrap(), Timers::default());
+        let mut op = SortedKeyedProcess::new(op);
+        for (k, ts) in [("b", 5), ("a", 16), ("a", 3), ("b", 20), ("a", 4)] {
+            time.set_timestamp(ts);
+            op.collect((k.to_string(), ts));
+        }
+        op.on_time(TimeEvent::Watermark(14));
+        assert!(
+            sink.records().is_empty() && sink.events().is_empty(),
+            "nothing before the end"
+        );
+        op.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+        op.finish();
+        // Key a: elements 3, 4, 16 (sorted), one timer at 3 + 10 firing after the last: count 3.
+        assert_eq!(
+            sink.records(),
+            vec![(13, ("a".to_string(), 3)), (15, ("b".to_string(), 2))]
+        );
+        assert_eq!(sink.watermarks(), vec![MAX_WATERMARK], "only the end passes");
+        let Keyed::Heap { map, .. } = &op.inner.state else {
+            panic!("heap")
+        };
+        assert!(map.is_empty(), "a key's state goes after the key");
     }
 
     #[test]
