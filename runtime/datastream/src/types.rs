@@ -59,6 +59,9 @@ pub struct TaskMetrics {
     /// The event time the task's chain is at (Flink's `currentInputWatermark`; a source's, the
     /// watermark its assigner emitted); `i64::MIN` before the first.
     pub watermark: AtomicI64,
+    /// Records a window operator dropped as too late for all their windows (Flink's
+    /// `numLateRecordsDropped`).
+    pub late_records_dropped: AtomicU64,
     /// When the task began to run (after restoring its state): busy time counts from here.
     pub running_since: OnceLock<Instant>,
 }
@@ -72,6 +75,7 @@ impl Default for TaskMetrics {
             backpressured_ns: AtomicU64::new(0),
             pending_records: AtomicU64::new(u64::MAX),
             watermark: AtomicI64::new(i64::MIN),
+            late_records_dropped: AtomicU64::new(0),
             running_since: OnceLock::new(),
         }
     }
@@ -113,6 +117,10 @@ impl TaskMetrics {
         self.running_since
             .get()
             .map_or(0, |t| t.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64)
+    }
+
+    pub(crate) fn add_late_dropped(&self, n: u64) {
+        self.late_records_dropped.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn set_watermark(&self, watermark: i64) {

@@ -274,5 +274,6 @@ fn task_metrics(id: &pb::ExecutionAttemptId, m: &TaskMetrics) -> pb::TaskMetrics
         running_ns: m.running_ns(),
         pending_records: m.pending(),
         current_watermark: m.current_watermark(),
+        late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
     }
 }

@@ -200,7 +200,8 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                 timers,
                 ctx.task_time()?,
                 downcast::<O>(down)?,
-            );
+            )
+            .with_metrics(ctx.metrics.clone());
             Ok(if batch {
                 erase::<T>(Box::new(SortedKeyedProcess::new(op)))
             } else {

@@ -14,6 +14,7 @@ use crate::error::Result;
 use crate::time::MAX_WATERMARK;
 use crate::time::timers::{TimeDomain, Timers};
 use crate::time::{MIN_WATERMARK, TaskTime, TimeEvent};
+use crate::types::TaskMetrics;
 
 /// A function over a keyed stream with per-key state and timers (Flink's `KeyedProcessFunction`).
 /// `State` is checkpointed with the job in either state backend; timers are too.
@@ -53,6 +54,7 @@ pub struct KeyedContext<'a, K, S> {
     cleared: bool,
     time: &'a TaskTime,
     failure: &'a mut Option<String>,
+    metrics: &'a TaskMetrics,
 }
 
 impl<K, S> std::fmt::Debug for KeyedContext<'_, K, S> {
@@ -133,6 +135,12 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
         self.time.set_timestamp(timestamp);
     }
 
+    /// An element came too late for every window it belongs to and was dropped (Flink's
+    /// `numLateRecordsDropped`).
+    pub(crate) fn late_record_dropped(&mut self) {
+        self.metrics.add_late_dropped(1);
+    }
+
     /// Fails the task with `message` at its next step (an element a window cannot place).
     pub(crate) fn fail(&mut self, message: String) {
         self.failure.get_or_insert(message);
@@ -151,6 +159,8 @@ pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>
     pub changes: Vec<(TimeDomain, i64, bool)>,
     /// The first failure a function reported (the task fails at its next step).
     pub failure: Option<String>,
+    /// The task's counters (late records dropped).
+    pub metrics: Arc<TaskMetrics>,
     pub _in: PhantomData<fn(T)>,
 }
 
@@ -179,8 +189,15 @@ where
             down,
             changes: Vec::new(),
             failure: None,
+            metrics: Arc::default(),
             _in: PhantomData,
         }
+    }
+
+    /// Counts into the task's counters.
+    pub(crate) fn with_metrics(mut self, metrics: Arc<TaskMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Runs `call` on `key`'s state, then applies the timer changes it made.
@@ -191,12 +208,13 @@ where
         domain: Option<TimeDomain>,
         call: impl FnOnce(&F, &mut KeyedContext<'_, K, F::State>, &mut dyn Collector<O>),
     ) {
-        let (f, down, changes, time, failure) = (
+        let (f, down, changes, time, failure, metrics) = (
             &self.f,
             &mut self.down,
             &mut self.changes,
             &*self.time,
             &mut self.failure,
+            &*self.metrics,
         );
         let (watermark, processing_time) = (self.watermark, crate::time::now_ms());
         self.state.update_keep(key, |key, state| {
@@ -211,6 +229,7 @@ where
                 cleared: false,
                 time,
                 failure,
+                metrics,
             };
             call(f, &mut ctx, &mut **down);
             !ctx.cleared

@@ -135,6 +135,8 @@ pub struct TaskCounters {
     pub pending_records: Option<u64>,
     /// The subtask's current watermark (event-time jobs), once it has one.
     pub current_watermark: Option<i64>,
+    /// Records its window operator dropped as late (Flink's `numLateRecordsDropped`).
+    pub late_records_dropped: u64,
 }
 
 /// One job's scheduling state and its reactions to events.

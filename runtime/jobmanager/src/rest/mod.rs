@@ -151,6 +151,7 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                         "records-in": m.counters[global].records_in,
                         // Flink's `currentInputWatermark` (ms); absent before the first.
                         "watermark": m.counters[global].current_watermark,
+                        "numLateRecordsDropped": m.counters[global].late_records_dropped,
                         "records-out": m.counters[global].records_out,
                         // Flink's task metrics, over the last few seconds.
                         "metrics": m.task_rates(global).map(|r| json!({

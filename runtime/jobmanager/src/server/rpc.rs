@@ -348,6 +348,7 @@ impl From<&pb::TaskMetrics> for TaskCounters {
             running_ns: m.running_ns,
             pending_records: m.pending_records,
             current_watermark: m.current_watermark,
+            late_records_dropped: m.late_records_dropped,
         }
     }
 }

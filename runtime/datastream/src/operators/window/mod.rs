@@ -248,7 +248,9 @@ where
         }
         let mut timers = Vec::new();
         let mut value = Some(value);
-        let last = assigned.len().saturating_sub(1);
+        let mut taken = false;
+        let n_assigned = assigned.len();
+        let last = n_assigned.saturating_sub(1);
         for (n, window) in assigned.into_iter().enumerate() {
             let index = if self.assigner.is_merging() {
                 self.merge_into(ctx, window)
@@ -276,6 +278,7 @@ where
             }
             let element = if n == last { value.take() } else { value.clone() };
             let Some(element) = element else { continue };
+            taken = true;
             let entry = &mut ctx.state().0[index];
             entry.acc = Some(self.f.add(entry.acc.take(), ts, element));
             let result =
@@ -291,6 +294,9 @@ where
             if result.purge {
                 ctx.state().0[index].acc = None;
             }
+        }
+        if !taken && n_assigned > 0 {
+            ctx.late_record_dropped();
         }
         if ctx.state().0.is_empty() {
             ctx.clear_state();

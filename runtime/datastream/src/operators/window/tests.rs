@@ -17,6 +17,7 @@ struct Harness<O: Data> {
     op: Box<dyn Op<Rec>>,
     sink: TimedSink<O>,
     time: Arc<TaskTime>,
+    metrics: Arc<crate::types::TaskMetrics>,
 }
 
 impl<O: Data> Harness<O> {
@@ -44,10 +45,13 @@ impl<O: Data> Harness<O> {
             time.clone(),
             Box::new(sink.clone()),
         );
+        let metrics = Arc::new(crate::types::TaskMetrics::default());
+        let op = op.with_metrics(metrics.clone());
         Harness {
             op: Box::new(op),
             sink,
             time,
+            metrics,
         }
     }
 
@@ -126,6 +130,14 @@ fn allowed_lateness_fires_again_for_each_late_element_then_drops() {
     assert_eq!(
         h.output(),
         vec![(9, rec("a", 1)), (9, rec("a", 3)), (9, rec("a", 7))]
+    );
+    let dropped = h
+        .metrics
+        .late_records_dropped
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        dropped, 1,
+        "numLateRecordsDropped counts the one element no window took"
     );
 }
 
