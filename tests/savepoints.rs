@@ -485,6 +485,95 @@ fn a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint() -> Result
 }
 
 /// The REST answer's first error says `needle`.
+/// Event time and a stop (issue 14): Nexmark q11 (session windows) stops with a savepoint, without
+/// `drain`, as Flink's `stop` does: event time does not end, so no session fires early and every
+/// row committed by then is a row of the query's definition. A new deployment from the
+/// savepoint alone (its job storage deleted) runs to the end; both together equal the definition
+/// exactly.
+fn windows_stop_without_drain_and_resume() -> Result<(), Failed> {
+    const EVENTS: u64 = 200_000;
+    let dir = common::scratch("savepoints-windows");
+    let output = dir.join("out");
+    let write = |name: &str, extra_job: &str| {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: {name} }}\nspec:\n  job:\n    name: nexmark\n    args: [\"--query\", \"q11\", \"--events\", \"{EVENTS}\", \"--rate\", \"20000\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: streaming\n{extra_job}  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n",
+                output.display(),
+                dir.join(format!("storage-{name}")).display(),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let bids = floe_datastream::nexmark::bids(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::reference("q11", &bids).unwrap();
+    let committed = || -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&output) else {
+            return Vec::new();
+        };
+        let mut rows: Vec<String> = entries
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
+            .flat_map(|p| {
+                std::fs::read_to_string(p)
+                    .unwrap()
+                    .lines()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let first = write("first", "");
+    let (jm, tm, rest, id) = running(&first, &dir, "jm-1.log");
+    // Stop once some sessions were committed, while others are open.
+    let started = Instant::now();
+    while committed().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no session committed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
+    finished(&rest, &dir.join("jm-1.log"));
+    drop((jm, tm));
+    let early = committed();
+    let wanted: std::collections::HashSet<&String> = want.iter().collect();
+    let not_in_definition = early.iter().filter(|r| !wanted.contains(r)).count();
+    if not_in_definition > 0 {
+        return Err(format!(
+            "after the stop, {not_in_definition} of {} committed sessions are not sessions of the definition (fired early?)",
+            early.len()
+        )
+        .into());
+    }
+    assert!(
+        early.len() < want.len(),
+        "the stop came before the end: {} rows",
+        early.len()
+    );
+    let _ = std::fs::remove_dir_all(dir.join("storage-first"));
+    let second = write("second", &format!("    initialSavepointPath: \"{location}\"\n"));
+    let (jm, tm, rest, _) = running(&second, &dir, "jm-2.log");
+    finished(&rest, &dir.join("jm-2.log"));
+    drop((jm, tm));
+    let all = committed();
+    if all != want {
+        return Err(format!("after the resume: {} rows, expected {}", all.len(), want.len()).into());
+    }
+    println!(
+        "q11: {} sessions committed at the stop, all {} after the resume, exactly",
+        early.len(),
+        all.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn assert_error(answer: &serde_json::Value, needle: &str) {
     let message = answer["errors"][0].as_str().unwrap_or_default();
     assert!(message.contains(needle), "{answer}");
@@ -530,6 +619,10 @@ fn savepoint_requests_name_the_problem() -> Result<(), Failed> {
 fn main() {
     let args = Arguments::from_args();
     let trials = vec![
+        Trial::test(
+            "event_time_windows_stop_without_drain_and_resume",
+            windows_stop_without_drain_and_resume,
+        ),
         Trial::test("hashmap_savepoint_stop_and_restore_2_to_3_exactly_once", || {
             upgrade_through_a_savepoint("hashmap", 2, 3)
         }),

@@ -930,9 +930,12 @@ impl Task {
                 }
             },
         }
-        // End of input is the end of event time (not so for a stop with a savepoint, which ends
-        // the input only until the job resumes: Flink's stop without `--drain`).
-        if time.is_some() && stopped_at.is_none() {
+        // A source at the end of its input ends event time: the MAX watermark goes down its chain
+        // and through every exchange, and each task downstream passes it on once all its channels
+        // delivered it (the valve). A source stopped with a savepoint does not end event time
+        // (its input ends only until the job resumes: Flink's stop without `--drain`), so no
+        // window downstream fires early on a stop.
+        if time.is_some() && is_source && stopped_at.is_none() {
             task.head
                 .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
         }
