@@ -284,7 +284,10 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                     map.insert(key, Some(state));
                 }
             }
-            Keyed::Store { table, .. } => table.update(&key, g),
+            Keyed::Store { table, .. } => table.update_keep(&key, |k, v| {
+                g(k, v);
+                true
+            }),
         }
     }
 
@@ -480,32 +483,6 @@ impl StoreTable {
         } else {
             self.backend.delete(domain.state_name(), kg, &self.value)
         };
-        if let Err(e) = result {
-            self.failure = Some(e.to_string());
-        }
-    }
-
-    fn update<K: Data, V: Data + Default>(&mut self, key: &K, g: impl FnOnce(&K, &mut V)) {
-        if self.failure.is_some() {
-            return;
-        }
-        let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
-        let result = (|| -> Result<()> {
-            let mut state = match self
-                .backend
-                .get(KEYED_STATE, kg, &self.key)
-                .map_err(state_error)?
-            {
-                Some(bytes) => V::decode(&mut bytes.as_slice())?,
-                None => V::default(),
-            };
-            g(key, &mut state);
-            self.value.clear();
-            state.encode(&mut self.value);
-            self.backend
-                .put(KEYED_STATE, kg, &self.key, &self.value)
-                .map_err(state_error)
-        })();
         if let Err(e) = result {
             self.failure = Some(e.to_string());
         }

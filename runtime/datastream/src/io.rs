@@ -11,7 +11,7 @@ use opendal::Operator;
 use crate::data::Data;
 use crate::error::{Error, Result};
 use crate::operators::{BoxOp, Chunk, Collector, Op, Target};
-use crate::pace::{Pacer, Stride};
+use crate::pace::{Pacer, Stride, paced_batch};
 use crate::types::TaskMetrics;
 
 /// Bytes a text source reads per request (and per batch pushed through the chain).
@@ -643,24 +643,9 @@ pub(crate) struct GeneratorSource {
 #[async_trait]
 impl Source<String> for GeneratorSource {
     async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
-        let rate = self.pacer.rate(self.stride.next);
-        let batch = self.pacer.batch(self.stride.next);
-        let mut made = 0;
-        while made < batch && !self.stride.done() {
-            out.collect(generator_line(
-                self.seed,
-                self.stride.next,
-                &self.vocabulary.0,
-                &self.vocabulary.1,
-            ));
-            self.stride.next += self.stride.step;
-            made += 1;
-        }
-        if made == 0 {
-            return Ok(false);
-        }
-        self.pacer.pace(rate, made, &self.metrics).await;
-        Ok(!self.stride.done())
+        let (seed, (cdf, words)) = (self.seed, &self.vocabulary);
+        let make = |n| out.collect(generator_line(seed, n, cdf, words));
+        Ok(paced_batch(&mut self.stride, &mut self.pacer, &self.metrics, make).await)
     }
 
     fn position(&self) -> String {

@@ -76,6 +76,30 @@ impl Stride {
     }
 }
 
+/// One batch of a paced generator: `make(n)` for each record number `n` the batch takes from
+/// `stride` (as many as `pacer` allows), then the wait its schedule asks for. `false` when the
+/// stride is done.
+pub(crate) async fn paced_batch(
+    stride: &mut Stride,
+    pacer: &mut Pacer,
+    metrics: &Arc<TaskMetrics>,
+    mut make: impl FnMut(u64),
+) -> bool {
+    let rate = pacer.rate(stride.next);
+    let batch = pacer.batch(stride.next);
+    let mut made = 0;
+    while made < batch && !stride.done() {
+        make(stride.next);
+        stride.next += stride.step;
+        made += 1;
+    }
+    if made == 0 {
+        return false;
+    }
+    pacer.pace(rate, made, metrics).await;
+    !stride.done()
+}
+
 /// Holds a generator to `rates`: `(from record, records per second)` steps for this subtask, the
 /// step whose first record `next` reached applies. Behind schedule (backpressured) it lets the
 /// generator read as fast as it can until it caught up, and says how far behind it is (a Kafka

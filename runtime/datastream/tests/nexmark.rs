@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,33 +27,34 @@ fn output(dir: &Path) -> Vec<String> {
     rows
 }
 
+/// Runs the job `nexmark` with `args` and configuration `conf` on the in-memory cluster.
+async fn run_nexmark(args: &[&str], conf: &[(&str, &str)]) {
+    let job = JobRegistry::builtin()
+        .build(&JobArgs {
+            name: "nexmark".into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            configuration: conf.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        })
+        .expect("nexmark builds");
+    run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+}
+
 async fn run_query(query: &str, parallelism: u32) -> Vec<String> {
     run_query_with(query, parallelism, EVENTS, None).await
 }
 
 async fn run_query_with(query: &str, parallelism: u32, events: u64, rate: Option<u64>) -> Vec<String> {
     let out = temp_dir(&format!("nexmark-{query}-{parallelism}"));
-    let mut args: Vec<String> = [
-        "--query",
-        query,
-        "--events",
-        &events.to_string(),
-        "--output",
-        &format!("file://{}", out.display()),
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some(rate) = rate {
-        args.extend(["--rate".to_string(), rate.to_string()]);
+    let (events, url, rate) = (
+        events.to_string(),
+        format!("file://{}", out.display()),
+        rate.map(|r| r.to_string()),
+    );
+    let mut args = vec!["--query", query, "--events", &events, "--output", &url];
+    if let Some(rate) = &rate {
+        args.extend(["--rate", rate]);
     }
-    let job = JobRegistry::builtin()
-        .build(&JobArgs {
-            name: "nexmark".into(),
-            args,
-            configuration: BTreeMap::from([("parallelism.default".to_string(), parallelism.to_string())]),
-        })
-        .expect("nexmark builds");
-    run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+    run_nexmark(&args, &[("parallelism.default", &parallelism.to_string())]).await;
     output(&out)
 }
 
@@ -79,43 +79,14 @@ async fn nexmark_queries_equal_their_sql_definition_on_a_million_events() {
 async fn queries_over_exported_json_lines_equal_their_definition() {
     const N: u64 = 300_000;
     let events = temp_dir("nexmark-export");
-    let export = JobRegistry::builtin()
-        .build(&JobArgs {
-            name: "nexmark".into(),
-            args: [
-                "--query",
-                "export",
-                "--events",
-                &N.to_string(),
-                "--output",
-                &format!("file://{}", events.display()),
-            ]
-            .map(String::from)
-            .to_vec(),
-            configuration: BTreeMap::from([("parallelism.default".to_string(), "2".to_string())]),
-        })
-        .expect("export builds");
-    run(&export, 32 * 1024, Some(Duration::from_millis(10))).await;
+    let (n, input) = (N.to_string(), format!("file://{}", events.display()));
+    let conf = [("parallelism.default", "2")];
+    run_nexmark(&["--query", "export", "--events", &n, "--output", &input], &conf).await;
     let bids = floe_datastream::nexmark::bids(&NexmarkConfig::default(), N);
     for query in ["q5", "q7", "q11"] {
         let out = temp_dir(&format!("nexmark-input-{query}"));
-        let job = JobRegistry::builtin()
-            .build(&JobArgs {
-                name: "nexmark".into(),
-                args: [
-                    "--query",
-                    query,
-                    "--input",
-                    &format!("file://{}", events.display()),
-                    "--output",
-                    &format!("file://{}", out.display()),
-                ]
-                .map(String::from)
-                .to_vec(),
-                configuration: BTreeMap::from([("parallelism.default".to_string(), "2".to_string())]),
-            })
-            .expect("nexmark builds");
-        run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+        let url = format!("file://{}", out.display());
+        run_nexmark(&["--query", query, "--input", &input, "--output", &url], &conf).await;
         let want = reference(query, &bids).expect("a reference");
         assert!(
             output(&out) == want,
@@ -130,28 +101,12 @@ async fn queries_over_exported_json_lines_equal_their_definition() {
 async fn queries_in_batch_equal_their_definition() {
     const N: u64 = 300_000;
     let bids = floe_datastream::nexmark::bids(&NexmarkConfig::default(), N);
+    let n = N.to_string();
+    let conf = [("parallelism.default", "2"), ("execution.runtime-mode", "BATCH")];
     for query in ["q5", "q7", "q11"] {
         let out = temp_dir(&format!("nexmark-batch-{query}"));
-        let job = JobRegistry::builtin()
-            .build(&JobArgs {
-                name: "nexmark".into(),
-                args: [
-                    "--query",
-                    query,
-                    "--events",
-                    &N.to_string(),
-                    "--output",
-                    &format!("file://{}", out.display()),
-                ]
-                .map(String::from)
-                .to_vec(),
-                configuration: BTreeMap::from([
-                    ("parallelism.default".to_string(), "2".to_string()),
-                    ("execution.runtime-mode".to_string(), "BATCH".to_string()),
-                ]),
-            })
-            .expect("nexmark builds");
-        run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+        let url = format!("file://{}", out.display());
+        run_nexmark(&["--query", query, "--events", &n, "--output", &url], &conf).await;
         let want = reference(query, &bids).expect("a reference");
         assert!(
             output(&out) == want,

@@ -15,7 +15,7 @@ use crate::api::{DataStream, StreamExecutionEnvironment};
 use crate::error::Result;
 use crate::io::Source;
 use crate::operators::Op;
-use crate::pace::{Pacer, Stride};
+use crate::pace::{Pacer, Stride, paced_batch};
 use crate::time::TaskTime;
 use crate::types::TaskMetrics;
 
@@ -46,23 +46,15 @@ pub(crate) struct NexmarkSource {
 #[async_trait]
 impl Source<Event> for NexmarkSource {
     async fn produce(&mut self, out: &mut dyn Op<Event>) -> Result<bool> {
-        let rate = self.pacer.rate(self.stride.next);
-        let batch = self.pacer.batch(self.stride.next);
-        let mut made = 0;
-        while made < batch && !self.stride.done() {
-            let event = self.config.event(self.stride.next);
+        let (config, time, last) = (&self.config, &self.time, &mut self.last);
+        let make = |n| {
+            let event = config.event(n);
             let ts = event.date_time();
-            self.time.set_timestamp(ts);
-            self.last = Some(ts);
+            time.set_timestamp(ts);
+            *last = Some(ts);
             out.collect(event);
-            self.stride.next += self.stride.step;
-            made += 1;
-        }
-        if made == 0 {
-            return Ok(false);
-        }
-        self.pacer.pace(rate, made, &self.metrics).await;
-        Ok(!self.stride.done())
+        };
+        Ok(paced_batch(&mut self.stride, &mut self.pacer, &self.metrics, make).await)
     }
 
     fn position(&self) -> String {
