@@ -10,8 +10,9 @@ use floe_scheduler::job_graph::{
     PARALLELISM_DECIDED_AT_RUN_TIME, ResultPartitionType, VertexIndex, default_max_parallelism,
 };
 use floe_scheduler::{JobEdge, JobGraph, JobVertex, Partitioner};
+use floe_shuffle::{InputGate, UnionInputGate};
 
-use crate::api::{NodeKind, Par, RuntimeMode, StreamExecutionEnvironment, StreamNode, lock};
+use crate::api::{NodeInput, NodeKind, Par, RuntimeMode, StreamExecutionEnvironment, StreamNode, lock};
 use crate::data::fnv1a32;
 use crate::error::{Error, Result};
 use crate::operators::OpContext;
@@ -24,8 +25,43 @@ struct VertexPlan {
     chain: Vec<usize>,
     /// Per JobGraph output: the consuming stream node (its input says partitioner and key).
     outputs: Vec<OutputRoute>,
-    /// The stream node whose records arrive on the vertex's input.
-    input: Option<usize>,
+    /// Per input gate, in JobGraph input order: the stream node whose records arrive on it and
+    /// which input of the head operator it feeds.
+    inputs: Vec<(usize, u8)>,
+}
+
+/// Each node's input edges with unions resolved: an edge into a union becomes one edge from each
+/// of the union's inputs (with the consumer's partitioner and key, where it set them), so every
+/// edge starts at an operator or source. A union node itself has none.
+fn resolve_edges(nodes: &[StreamNode]) -> Vec<Vec<NodeInput>> {
+    fn expand(nodes: &[StreamNode], edge: &NodeInput, out: &mut Vec<NodeInput>) {
+        match nodes[edge.node].kind {
+            NodeKind::Union => {
+                for member in &nodes[edge.node].inputs {
+                    let resolved = NodeInput {
+                        node: member.node,
+                        partitioner: edge.partitioner.or(member.partitioner),
+                        key: edge.key.clone(),
+                        side: edge.side,
+                    };
+                    expand(nodes, &resolved, out);
+                }
+            }
+            _ => out.push(edge.clone()),
+        }
+    }
+    nodes
+        .iter()
+        .map(|node| {
+            let mut out = Vec::new();
+            if !matches!(node.kind, NodeKind::Union) {
+                for edge in &node.inputs {
+                    expand(nodes, edge, &mut out);
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// A job ready to schedule and run: the JobGraph plus what each vertex runs.
@@ -79,49 +115,56 @@ impl StreamExecutionEnvironment {
             return Err(Error::Graph("the job defines no sink".into()));
         }
         let n = nodes.len();
+        let edges = resolve_edges(&nodes);
+        let is_union = |i: usize| matches!(nodes[i].kind, NodeKind::Union);
         let mut par = vec![0u32; n];
         let mut consumers = vec![0usize; n];
         for (i, node) in nodes.iter().enumerate() {
-            par[i] = match (node.parallelism, &node.input) {
+            par[i] = match (node.parallelism, edges[i].first()) {
                 (Par::Fixed(p), _) => p,
                 (Par::SameAsInput, Some(input)) => par[input.node],
                 _ => self.parallelism,
             };
-            if let Some(input) = &node.input {
+            for input in &edges[i] {
                 consumers[input.node] += 1;
             }
         }
-        let mut partitioner = vec![Partitioner::Forward; n];
+        let mut partitioners: Vec<Vec<Partitioner>> = vec![Vec::new(); n];
         let mut chained = vec![false; n];
         let mut head = (0..n).collect::<Vec<_>>();
         for (i, node) in nodes.iter().enumerate() {
-            let Some(input) = &node.input else { continue };
-            let same = par[input.node] == par[i];
-            let p = input.partitioner.unwrap_or(if same {
-                Partitioner::Forward
-            } else {
-                Partitioner::Rebalance
-            });
-            // A forward consumer decided at run time takes its producer's parallelism.
-            let decided_later = par[input.node] == 0 || par[i] == 0;
-            if p == Partitioner::Forward && !same && !decided_later {
-                return Err(Error::Graph(format!(
-                    "forward partitioning between {} (parallelism {}) and {} (parallelism {})",
-                    nodes[input.node].name, par[input.node], node.name, par[i]
-                )));
+            for input in &edges[i] {
+                let same = par[input.node] == par[i];
+                let p = input.partitioner.unwrap_or(if same {
+                    Partitioner::Forward
+                } else {
+                    Partitioner::Rebalance
+                });
+                // A forward consumer decided at run time takes its producer's parallelism.
+                let decided_later = par[input.node] == 0 || par[i] == 0;
+                if p == Partitioner::Forward && !same && !decided_later {
+                    return Err(Error::Graph(format!(
+                        "forward partitioning between {} (parallelism {}) and {} (parallelism {})",
+                        nodes[input.node].name, par[input.node], node.name, par[i]
+                    )));
+                }
+                partitioners[i].push(p);
             }
-            partitioner[i] = p;
-            chained[i] = self.chaining
-                && !node.new_chain
-                && p == Partitioner::Forward
-                && same
-                && consumers[input.node] == 1;
-            if chained[i] {
-                head[i] = head[input.node];
+            // Only an operator with one input edge chains to it (as Flink's chaining rule).
+            if let ([input], [p]) = (edges[i].as_slice(), partitioners[i].as_slice()) {
+                chained[i] = self.chaining
+                    && !node.new_chain
+                    && node.two_input.is_none()
+                    && *p == Partitioner::Forward
+                    && par[input.node] == par[i]
+                    && consumers[input.node] == 1;
+                if chained[i] {
+                    head[i] = head[input.node];
+                }
             }
         }
         // Vertices in order of their head nodes; ids from the head's kind, made unique.
-        let heads: Vec<usize> = (0..n).filter(|&i| head[i] == i).collect();
+        let heads: Vec<usize> = (0..n).filter(|&i| head[i] == i && !is_union(i)).collect();
         let mut seen: HashMap<&str, u32> = HashMap::new();
         let mut vertex_of_head = HashMap::new();
         let mut vertices = Vec::new();
@@ -165,24 +208,25 @@ impl StreamExecutionEnvironment {
             chains.push(chain);
         }
         // Edges in stream-node order: the JobGraph's data set i is edge i.
-        let mut edges = Vec::new();
+        let mut job_edges = Vec::new();
         let mut edge_nodes = Vec::new();
-        for (i, node) in nodes.iter().enumerate() {
-            let Some(input) = &node.input else { continue };
+        for i in 0..n {
             if chained[i] {
                 continue;
             }
-            let (from, to) = (vertex_of_head[&head[input.node]], vertex_of_head[&i]);
-            edges.push(JobEdge {
-                from: vertices[from].id.clone(),
-                to: vertices[to].id.clone(),
-                pattern: partitioner[i].default_pattern(),
-                partitioner: partitioner[i],
-                partition_type: ResultPartitionType::PipelinedBounded,
-            });
-            edge_nodes.push(i);
+            for (k, input) in edges[i].iter().enumerate() {
+                let (from, to) = (vertex_of_head[&head[input.node]], vertex_of_head[&i]);
+                job_edges.push(JobEdge {
+                    from: vertices[from].id.clone(),
+                    to: vertices[to].id.clone(),
+                    pattern: partitioners[i][k].default_pattern(),
+                    partitioner: partitioners[i][k],
+                    partition_type: ResultPartitionType::PipelinedBounded,
+                });
+                edge_nodes.push((i, k));
+            }
         }
-        let graph = JobGraph::new(vertices.clone(), edges)?;
+        let graph = JobGraph::new(vertices.clone(), job_edges)?;
         let graph = match mode {
             RuntimeMode::Streaming => graph.streaming(),
             RuntimeMode::Batch => graph.with_shuffle_mode(self.shuffle_mode),
@@ -198,20 +242,27 @@ impl StreamExecutionEnvironment {
                 .outputs(VertexIndex(vi as u32))
                 .iter()
                 .map(|r| {
-                    let consumer = edge_nodes[r.0 as usize];
+                    let (consumer, k) = edge_nodes[r.0 as usize];
                     let ds = graph.data_set(*r);
                     OutputRoute {
                         partitioner: ds.partitioner,
-                        key: nodes[consumer].input.as_ref().and_then(|x| x.key.clone()),
+                        key: edges[consumer][k].key.clone(),
                         max_parallelism: graph.vertex(ds.consumer).max_parallelism,
                     }
                 })
                 .collect();
-            let input = nodes[chain[0]].input.as_ref().map(|x| x.node);
+            let inputs = graph
+                .inputs(VertexIndex(vi as u32))
+                .iter()
+                .map(|r| {
+                    let (consumer, k) = edge_nodes[r.0 as usize];
+                    (edges[consumer][k].node, edges[consumer][k].side)
+                })
+                .collect();
             plans.push(VertexPlan {
                 chain,
                 outputs,
-                input,
+                inputs,
             });
         }
         let fingerprint = format!(
@@ -314,7 +365,7 @@ impl BuiltJob {
             .plans
             .get(vertex as usize)
             .ok_or_else(|| fail(format!("the job has {} vertices", self.plans.len())))?;
-        let expected_inputs = usize::from(plan.input.is_some());
+        let expected_inputs = plan.inputs.len();
         if inputs != expected_inputs {
             return Err(fail(format!(
                 "expected {expected_inputs} input gates, got {inputs}"
@@ -398,14 +449,25 @@ impl BuiltJob {
             }
         }
         let first = &self.nodes[plan.chain[0]];
+        let channels: Vec<usize> = ctx.inputs.iter().map(|g| g.num_channels()).collect();
         let input_head = |down| -> Result<_> {
-            let up = plan.input.ok_or_else(|| fail("no input".into()))?;
+            if let Some(two) = &first.two_input {
+                // Which input of the operator each channel (numbered across the gates) feeds.
+                let sides = plan
+                    .inputs
+                    .iter()
+                    .zip(&channels)
+                    .flat_map(|(&(_, side), &n)| std::iter::repeat_n(side, n))
+                    .collect();
+                return two.input_head(down, ctx.metrics.clone(), op_ctx.time.clone(), sides);
+            }
+            let &(up, _) = plan.inputs.first().ok_or_else(|| fail("no input".into()))?;
             let ty = self.nodes[up]
                 .out_type
                 .as_ref()
                 .ok_or_else(|| fail("input has no record type".into()))?;
-            let channels = ctx.inputs.first().map_or(1, |g| g.num_channels());
-            ty.input_head(down, ctx.metrics.clone(), op_ctx.time.clone(), channels)
+            let total = channels.iter().sum::<usize>().max(1);
+            ty.input_head(down, ctx.metrics.clone(), op_ctx.time.clone(), total)
         };
         let head = match &first.kind {
             NodeKind::Source(factory) => factory(&op_ctx, down)?,
@@ -413,11 +475,19 @@ impl BuiltJob {
             // The chain is just the sink: records go straight from the input into it.
             _ => input_head(down)?,
         };
+        let mut inputs = ctx.inputs;
+        let input: Option<Box<dyn InputGate>> = match inputs.len() {
+            0 => None,
+            1 => inputs.pop(),
+            // More than one input (a union, a two-input operator): read as one gate, channels
+            // numbered across the gates in order, barriers aligned across all of them.
+            _ => Some(Box::new(UnionInputGate::new(inputs))),
+        };
         Ok(Task {
             vertex,
             metrics: ctx.metrics.clone(),
             head,
-            input: ctx.inputs.into_iter().next(),
+            input,
             outputs: ctx.outputs,
             sink,
             flush_interval,

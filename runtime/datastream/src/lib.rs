@@ -26,8 +26,9 @@ mod time;
 mod types;
 
 pub use api::{
-    DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, KeyedStream, RuntimeMode,
-    StreamExecutionEnvironment, WindowedStream, parse_memory_size,
+    CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams, ConnectedStreams, DEFAULT_BUFFER_SIZE,
+    DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, IntervalJoined, JoinedStreams, KeyedConnectedStreams,
+    KeyedStream, RuntimeMode, StreamExecutionEnvironment, WindowedStream, parse_memory_size,
 };
 pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
@@ -42,7 +43,7 @@ pub use operators::window::{
     SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger,
     TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner, WindowContext,
 };
-pub use operators::{Collector, KeyedContext, KeyedProcessFunction};
+pub use operators::{Collector, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, TaggedUnion};
 pub use state::{ListState, MapState, ValueState};
 pub use task::{Task, TaskContext, TaskMetrics};
 pub use time::timers::TimeDomain;

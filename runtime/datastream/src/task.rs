@@ -19,7 +19,7 @@ use crate::checkpoint::{ChainSnapshot, Checkpointing, Control, KeyedStateInit, T
 use crate::data::{Data, KeyGroupRouter};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
-use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, Target, downcast, erase};
+use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, TaggedUnion, Target, downcast, erase};
 use crate::time::element::{self, Header};
 use crate::time::valve::WatermarkValve;
 use crate::time::{TaskTime, TimeEvent};
@@ -413,6 +413,46 @@ pub(crate) trait StreamType: Send + Sync {
 
 pub(crate) struct TypeOf<T>(pub PhantomData<fn() -> T>);
 
+/// The input side of a two-input operator: its channels carry records of its first input's type
+/// or of its second's, and the operator takes both as one [`TaggedUnion`] stream.
+pub(crate) trait TwoInputType: Send + Sync {
+    /// The decoder of the operator's input gates; `sides[channel]` says which input a channel
+    /// (numbered across the gates) feeds.
+    fn input_head(
+        &self,
+        chain: AnyOp,
+        metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
+        sides: Vec<u8>,
+    ) -> Result<Box<dyn Head>>;
+}
+
+pub(crate) struct TwoInputOf<A, B>(pub PhantomData<fn() -> (A, B)>);
+
+fn decode_side<A: Data, B: Data>(side: u8, input: &mut &[u8]) -> Result<TaggedUnion<A, B>> {
+    Ok(match side {
+        0 => TaggedUnion::One(A::decode(input)?),
+        _ => TaggedUnion::Two(B::decode(input)?),
+    })
+}
+
+impl<A: Data, B: Data> TwoInputType for TwoInputOf<A, B> {
+    fn input_head(
+        &self,
+        chain: AnyOp,
+        metrics: Arc<TaskMetrics>,
+        time: Option<Arc<TaskTime>>,
+        sides: Vec<u8>,
+    ) -> Result<Box<dyn Head>> {
+        // One valve over the channels of both inputs: the minimum over them is the minimum of the
+        // two inputs' watermarks, and an idle input drops out of it as an idle channel does.
+        let time = time.map(|t| (t, WatermarkValve::new(sides.len().max(1))));
+        let mut head = InputHead::new(downcast::<TaggedUnion<A, B>>(chain)?, metrics, time);
+        head.sides = Some((sides, decode_side::<A, B>));
+        Ok(Box::new(head))
+    }
+}
+
 impl<T: Data> StreamType for TypeOf<T> {
     fn writer(
         &self,
@@ -475,7 +515,11 @@ pub(crate) struct InputHead<T> {
     /// A timed job: the task's record timestamp and how its channels' watermarks combine.
     time: Option<(Arc<TaskTime>, WatermarkValve)>,
     events: Vec<TimeEvent>,
+    /// A two-input operator's head: the input of each channel and how its records decode.
+    sides: Option<(Vec<u8>, SideDecoder<T>)>,
 }
+
+type SideDecoder<T> = fn(u8, &mut &[u8]) -> Result<T>;
 
 impl<T: Data> InputHead<T> {
     fn new(
@@ -490,12 +534,15 @@ impl<T: Data> InputHead<T> {
             record: None,
             time,
             events: Vec::new(),
+            sides: None,
         }
     }
 
     #[inline]
-    fn push_record(&mut self, input: &mut &[u8]) -> Result<()> {
-        if self.reuse {
+    fn push_record(&mut self, input: &mut &[u8], side: Option<(u8, SideDecoder<T>)>) -> Result<()> {
+        if let Some((side, decode)) = side {
+            self.chain.collect(decode(side, input)?);
+        } else if self.reuse {
             let record = match &mut self.record {
                 Some(record) => {
                     record.decode_into(input)?;
@@ -535,13 +582,25 @@ impl<T: Data> Head for InputHead<T> {
     fn push_buffer(&mut self, channel: usize, buffer: &[u8]) -> Result<()> {
         let mut input = buffer;
         let mut n = 0u64;
+        let side = match &self.sides {
+            Some((sides, decode)) => Some((
+                *sides.get(channel).ok_or_else(|| {
+                    Error::Graph(format!(
+                        "channel {channel} of a two-input task with {}",
+                        sides.len()
+                    ))
+                })?,
+                *decode,
+            )),
+            None => None,
+        };
         if let Some((time, _)) = &self.time {
             let time = time.clone();
             while !input.is_empty() {
                 match element::read_header(&mut input)? {
                     Header::Record(ts) => {
                         time.set_timestamp(ts);
-                        self.push_record(&mut input)?;
+                        self.push_record(&mut input, side)?;
                         n += 1;
                     }
                     Header::Event(event) => self.channel_event(channel, event),
@@ -549,7 +608,7 @@ impl<T: Data> Head for InputHead<T> {
             }
         } else {
             while !input.is_empty() {
-                self.push_record(&mut input)?;
+                self.push_record(&mut input, side)?;
                 n += 1;
             }
         }

@@ -27,6 +27,7 @@ mod memory;
 mod partition;
 mod remote;
 mod server;
+mod union;
 
 pub use config::ShuffleConfig;
 pub use environment::ShuffleEnvironment;
@@ -34,6 +35,7 @@ pub use error::{Error, Result};
 pub use master::{ShuffleMaster, TaskManagerShuffleMaster};
 pub use remote::{JOB_STORAGE_KEY, REMOTE_SHUFFLE_KEY, remote_shuffle_enabled, remote_storage};
 pub use server::ShuffleService;
+pub use union::UnionInputGate;
 
 /// Identifies one attempt's output for one result: a restarted producer writes a new partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -155,6 +157,9 @@ pub enum GateItem {
 /// early end. Barriers are aligned (Flink's exactly-once mode): once a channel delivered barrier `n`,
 /// its later buffers are held back until every channel still open delivered it, then
 /// [`GateItem::Barrier`] is yielded once, before any buffer that followed a barrier.
+///
+/// `next` is cancel-safe: dropping its future before it is ready loses nothing (a task polls it
+/// alongside timers, and [`UnionInputGate`] polls several gates at once).
 #[async_trait]
 pub trait InputGate: Send {
     async fn next(&mut self) -> Result<Option<GateItem>>;

@@ -67,6 +67,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
             node,
             partitioner: Some(Partitioner::Hash),
             key: Some(Arc::new(hasher)),
+            side: 0,
         }
     }
 
@@ -104,11 +105,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                         down: downcast::<T>(down)?,
                     })))
                 });
-                let input = NodeInput {
-                    node: self.stream.node,
-                    partitioner: None,
-                    key: None,
-                };
+                let input = NodeInput::from(self.stream.node, None);
                 let combined: DataStream<T> =
                     self.stream
                         .add_operator("combine", "Combine", Par::SameAsInput, input, combine);
@@ -240,11 +237,7 @@ impl<A: Data, N: Data + Add<Output = N>, K: Data + Hash + Eq + Ord> KeyedStream<
                 ctx.time.clone(),
             ))))
         });
-        let input = NodeInput {
-            node: self.stream.node,
-            partitioner: None,
-            key: None,
-        };
+        let input = NodeInput::from(self.stream.node, None);
         let grouped: DataStream<SumGroup<A, N>> =
             self.stream
                 .add_operator("localsum", "LocalSum", Par::SameAsInput, input, group);

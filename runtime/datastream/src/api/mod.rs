@@ -24,11 +24,16 @@ use crate::pace::{Pacer, Stride};
 use crate::task::{Head, SourceHead, StreamType, TypeOf};
 use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 
+mod connected;
 mod keyed;
 mod window;
 
 pub use crate::types::RuntimeMode;
 use crate::types::TaskMetrics;
+pub use connected::{
+    CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams, ConnectedStreams, IntervalJoined,
+    JoinedStreams, KeyedConnectedStreams,
+};
 pub use keyed::KeyedStream;
 pub use window::WindowedStream;
 
@@ -41,6 +46,9 @@ pub(crate) enum NodeKind {
     Source(SourceFactory),
     Operator(OpFactory),
     Sink(SinkFactory),
+    /// Flink's `union`: not an operator. Its consumers read from each of its inputs directly
+    /// (the edges are resolved when the job is built).
+    Union,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +65,20 @@ pub(crate) struct NodeInput {
     pub partitioner: Option<Partitioner>,
     /// `KeyHasher<T>` for hash edges.
     pub key: Option<Arc<dyn Any + Send + Sync>>,
+    /// Which input of a two-input operator the edge feeds (0: the first, 1: the second).
+    pub side: u8,
+}
+
+impl NodeInput {
+    /// The first (or only) input from `node`.
+    pub(crate) fn from(node: usize, partitioner: Option<Partitioner>) -> Self {
+        NodeInput {
+            node,
+            partitioner,
+            key: None,
+            side: 0,
+        }
+    }
 }
 
 /// One transformation of the stream graph.
@@ -65,8 +87,13 @@ pub(crate) struct StreamNode {
     pub id: &'static str,
     pub name: String,
     pub parallelism: Par,
-    pub input: Option<NodeInput>,
+    /// Its input edges: none for a source, one for most operators, one per stream of a union
+    /// feeding it, and both sides of a two-input operator.
+    pub inputs: Vec<NodeInput>,
     pub kind: NodeKind,
+    /// A two-input operator's input decoder (records of its first and second input type); `None`:
+    /// the node's input records are of its input node's output type.
+    pub two_input: Option<Arc<dyn crate::task::TwoInputType>>,
     /// Operations on the output record type (`None` for sinks).
     pub out_type: Option<Arc<dyn StreamType>>,
     /// Flink's `startNewChain()`: never chained to its input.
@@ -284,8 +311,9 @@ impl StreamExecutionEnvironment {
                 id,
                 name,
                 parallelism: par,
-                input: None,
+                inputs: Vec::new(),
                 kind: NodeKind::Source(factory),
+                two_input: None,
                 out_type: Some(Arc::new(TypeOf::<T>(PhantomData))),
                 new_chain: false,
                 source_input: None,
@@ -475,7 +503,7 @@ impl<T> std::fmt::Debug for DataStream<T> {
 }
 
 impl<T: Data> DataStream<T> {
-    fn at(shared: Arc<Mutex<Shared>>, node: usize) -> Self {
+    pub(crate) fn at(shared: Arc<Mutex<Shared>>, node: usize) -> Self {
         DataStream {
             shared,
             node,
@@ -502,8 +530,9 @@ impl<T: Data> DataStream<T> {
                 id,
                 name: name.to_string(),
                 parallelism,
-                input: Some(input),
+                inputs: vec![input],
                 kind: NodeKind::Operator(factory),
+                two_input: None,
                 out_type: Some(Arc::new(TypeOf::<O>(PhantomData))),
                 new_chain: false,
                 source_input: None,
@@ -512,12 +541,8 @@ impl<T: Data> DataStream<T> {
         DataStream::at(self.shared.clone(), node)
     }
 
-    fn plain_input(&self) -> NodeInput {
-        NodeInput {
-            node: self.node,
-            partitioner: self.partitioner,
-            key: None,
-        }
+    pub(crate) fn plain_input(&self) -> NodeInput {
+        NodeInput::from(self.node, self.partitioner)
     }
 
     pub fn map<O: Data, F: Fn(T) -> O + Send + Sync + 'static>(&self, f: F) -> DataStream<O> {
@@ -569,11 +594,7 @@ impl<T: Data> DataStream<T> {
             "timestamps",
             "Timestamps/Watermarks",
             Par::SameAsInput,
-            NodeInput {
-                node: self.node,
-                partitioner: self.partitioner,
-                key: None,
-            },
+            self.plain_input(),
             factory,
         )
     }
@@ -684,8 +705,9 @@ impl<T: Data> DataStream<T> {
                 id: "sink",
                 name: name.to_string(),
                 parallelism: Par::Default,
-                input: Some(self.plain_input()),
+                inputs: vec![self.plain_input()],
                 kind: NodeKind::Sink(factory),
+                two_input: None,
                 out_type: None,
                 source_input: None,
             },

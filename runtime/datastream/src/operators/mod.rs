@@ -217,11 +217,14 @@ pub(crate) use tail_checkpoint;
 
 // After the macros: the operator families use them.
 mod basic;
+mod co;
 mod keyed;
 mod process;
 pub(crate) mod window;
 
 pub(crate) use basic::{FilterOp, FlatMapOp, MapOp};
+pub(crate) use co::{CoProcess, IntervalJoin};
+pub use co::{KeyedCoProcessFunction, TaggedUnion};
 pub(crate) use keyed::{
     Combiner, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
     SumGrouper,
