@@ -83,6 +83,11 @@ impl Source<Event> for NexmarkSource {
     }
 }
 
+/// Events `0..events`.
+pub fn events(config: &NexmarkConfig, events: u64) -> Vec<Event> {
+    (0..events).map(|n| config.event(n)).collect()
+}
+
 /// The bids among events `0..events`.
 pub fn bids(config: &NexmarkConfig, events: u64) -> Vec<Bid> {
     (0..events)

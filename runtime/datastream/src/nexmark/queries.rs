@@ -2,12 +2,14 @@
 //! (`nexmark/nexmark`, `queries/q*.sql`), and the registered job `nexmark`. Output rows are
 //! TAB-separated in the SQL's column order; times are ms since the epoch.
 //!
-//! q3, q4 and q8 join two streams and wait for operators of two inputs; q6 is left out, as in the
-//! Flink suite.
+//! q3 and q4 join two streams with keyed co-process functions (Flink's SQL runs regular joins
+//! there), q8 with a window join (co-group); q6 is left out, as in the Flink suite. q4's result is
+//! an updating table: its rows are a changelog (`+I`, `-U`, `+U`, as Flink prints one), whose
+//! final state is the query's result.
 
 use std::time::Duration;
 
-use super::{Bid, Event, NexmarkConfig};
+use super::{Auction, Bid, Event, NexmarkConfig, Person};
 use crate::api::{DataStream, StreamExecutionEnvironment};
 use crate::error::{Error, Result};
 use crate::jobs::parse_args;
@@ -15,11 +17,14 @@ use crate::operators::window::{
     AggregateFunction, EventTimeSessionWindows, ProcessWindowFunction, SlidingEventTimeWindows,
     TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowContext,
 };
-use crate::operators::{Collector, KeyedContext, KeyedProcessFunction};
+use crate::operators::{Collector, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction};
+use crate::state::{MapState, ValueState};
 use crate::time::WatermarkStrategy;
 
 /// The queries the job runs, and `export`: the events themselves as the suite's JSON lines.
-pub const QUERIES: [&str; 9] = ["q0", "q1", "q2", "q5", "q7", "q11", "q12", "export", "bids"];
+pub const QUERIES: [&str; 12] = [
+    "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12", "export", "bids",
+];
 
 fn bids(events: &DataStream<Event>) -> DataStream<Bid> {
     events.flat_map(|e: Event, out: &mut dyn Collector<Bid>| {
@@ -27,6 +32,148 @@ fn bids(events: &DataStream<Event>) -> DataStream<Bid> {
             out.collect(b)
         }
     })
+}
+
+fn persons(events: &DataStream<Event>) -> DataStream<Person> {
+    events.flat_map(|e: Event, out: &mut dyn Collector<Person>| {
+        if let Event::Person(p) = e {
+            out.collect(p)
+        }
+    })
+}
+
+fn auctions(events: &DataStream<Event>) -> DataStream<Auction> {
+    events.flat_map(|e: Event, out: &mut dyn Collector<Auction>| {
+        if let Event::Auction(a) = e {
+            out.collect(a)
+        }
+    })
+}
+
+/// q3's `(name, city, state)` of a person.
+type PersonRow = (String, (String, String));
+
+/// q3, the inner join of auctions and persons on `A.seller = P.id` (a regular join: both sides
+/// are kept, as Flink keeps them without a state TTL). Person ids are unique, so a key holds at
+/// most one person, and the auctions that came before it.
+struct SellerJoin;
+impl KeyedCoProcessFunction<u64, Person, Auction, (PersonRow, u64)> for SellerJoin {
+    type State = (ValueState<PersonRow>, Vec<u64>);
+    fn process_element1(
+        &self,
+        p: Person,
+        ctx: &mut KeyedContext<'_, u64, Self::State>,
+        out: &mut dyn Collector<(PersonRow, u64)>,
+    ) {
+        let (person, waiting) = ctx.state();
+        let row = (p.name, (p.city, p.state));
+        for auction in waiting.drain(..) {
+            out.collect((row.clone(), auction));
+        }
+        person.update(row);
+    }
+    fn process_element2(
+        &self,
+        a: Auction,
+        ctx: &mut KeyedContext<'_, u64, Self::State>,
+        out: &mut dyn Collector<(PersonRow, u64)>,
+    ) {
+        let (person, waiting) = ctx.state();
+        match person.value() {
+            Some(row) => out.collect((row.clone(), a.id)),
+            None => waiting.push(a.id),
+        }
+    }
+}
+
+/// q4, first half per auction: the highest bid within the auction's lifetime (`B.dateTime
+/// BETWEEN A.dateTime AND A.expires`), as `(category, (auction, max))` each time it rises.
+/// Bids that come before their auction wait for it.
+struct WinningBids;
+impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, (u64, u64))> for WinningBids {
+    /// The auction's `(dateTime, expires, category)`, its highest bid so far, bids before it.
+    type State = (ValueState<(i64, (i64, u64))>, ValueState<u64>, Vec<(u64, i64)>);
+    fn process_element1(
+        &self,
+        a: Auction,
+        ctx: &mut KeyedContext<'_, u64, Self::State>,
+        out: &mut dyn Collector<(u64, (u64, u64))>,
+    ) {
+        let (auction, max, waiting) = ctx.state();
+        auction.update((a.date_time, (a.expires, a.category)));
+        let best = waiting
+            .drain(..)
+            .filter(|(_, t)| (a.date_time..=a.expires).contains(t))
+            .map(|(price, _)| price)
+            .max();
+        if let Some(best) = best {
+            max.update(best);
+            out.collect((a.category, (a.id, best)));
+        }
+    }
+    fn process_element2(
+        &self,
+        b: Bid,
+        ctx: &mut KeyedContext<'_, u64, Self::State>,
+        out: &mut dyn Collector<(u64, (u64, u64))>,
+    ) {
+        let (auction, max, waiting) = ctx.state();
+        let Some(&(start, (expires, category))) = auction.value() else {
+            waiting.push((b.price, b.date_time));
+            return;
+        };
+        if (start..=expires).contains(&b.date_time) && max.value().is_none_or(|m| b.price > *m) {
+            max.update(b.price);
+            out.collect((category, (b.auction, b.price)));
+        }
+    }
+}
+
+/// q4, second half per category: `AVG(final)` over its auctions' highest bids (a BIGINT average,
+/// truncated, as Flink's), as a changelog row `(op, (category, avg))` each time it changes.
+struct AveragePrice;
+impl KeyedProcessFunction<u64, (u64, (u64, u64)), (String, (u64, u64))> for AveragePrice {
+    /// Each auction's highest bid, their sum, and the average last emitted.
+    type State = (MapState<u64, u64>, u64, ValueState<u64>);
+    fn process_element(
+        &self,
+        (category, (auction, best)): (u64, (u64, u64)),
+        ctx: &mut KeyedContext<'_, u64, Self::State>,
+        out: &mut dyn Collector<(String, (u64, u64))>,
+    ) {
+        let (finals, sum, emitted) = ctx.state();
+        *sum = *sum - finals.put(auction, best).unwrap_or(0) + best;
+        let avg = *sum / finals.len() as u64;
+        match emitted.value() {
+            None => out.collect(("+I".into(), (category, avg))),
+            Some(&old) if old != avg => {
+                out.collect(("-U".into(), (category, old)));
+                out.collect(("+U".into(), (category, avg)));
+            }
+            Some(_) => return,
+        }
+        emitted.update(avg);
+    }
+}
+
+/// q8, per person and 10 s window: the person, if it also opened an auction in that window, as
+/// `(id, (name, window start))` (the SQL groups each side by key and window, then joins).
+fn new_sellers(
+    id: &u64,
+    w: &WindowContext,
+    persons: &[(u64, String)],
+    auctions: &[u64],
+    out: &mut dyn Collector<(u64, (String, i64))>,
+) {
+    if auctions.is_empty() {
+        return;
+    }
+    let mut names: Vec<&String> = persons.iter().map(|p| &p.1).collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        out.collect((*id, (name.clone(), w.window.start)));
+    }
 }
 
 /// `(auction, bidder, price, dateTime, extra)` as nested pairs (TAB-separated in a text sink).
@@ -193,6 +340,38 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
                 .filter(|b: &Bid| b.auction.is_multiple_of(123))
                 .map(|b: Bid| (b.auction, b.price))
                 .name("q2")
+                .sink_to_file(output);
+        }
+        "q3" => {
+            let auctions = auctions(&events).filter(|a: &Auction| a.category == 10);
+            persons(&events)
+                .filter(|p: &Person| matches!(p.state.as_str(), "OR" | "ID" | "CA"))
+                .connect(&auctions)
+                .key_by(|p: &Person| p.id, |a: &Auction| a.seller)
+                .process(SellerJoin)
+                .name("q3")
+                .sink_to_file(output);
+        }
+        "q4" => {
+            auctions(&events)
+                .connect(&bids(&events))
+                .key_by(|a: &Auction| a.id, |b: &Bid| b.auction)
+                .process(WinningBids)
+                .key_by(|w: &(u64, (u64, u64))| w.0)
+                .process_function(AveragePrice)
+                .name("q4")
+                .sink_to_file(output);
+        }
+        "q8" => {
+            let persons = persons(&events).map(|p: Person| (p.id, p.name));
+            let sellers = auctions(&events).map(|a: Auction| a.seller);
+            persons
+                .co_group(&sellers)
+                .where_key(|p: &(u64, String)| p.0)
+                .equal_to(|s: &u64| *s)
+                .window(TumblingEventTimeWindows::of(secs(10)))
+                .apply(new_sellers)
+                .name("q8")
                 .sink_to_file(output);
         }
         "q5" => {
