@@ -67,6 +67,10 @@ pub struct TaskSnapshot {
     /// Sinks: what the committer needs after a restore (files pending commit, the next part).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sink: Option<String>,
+    /// Broadcast state (Flink's broadcast state pattern): the same in every subtask, so any one
+    /// copy restores any subtask (opaque to the coordinator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<String>,
 }
 
 /// A checkpoint every task acknowledged: what `_metadata` holds.

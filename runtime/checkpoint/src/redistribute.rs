@@ -20,6 +20,10 @@ pub struct SubtaskRestore {
     pub positions: Vec<String>,
     /// Sink committer states to take over (commit what they left pending).
     pub sinks: Vec<String>,
+    /// Broadcast state: every subtask holds the same, so each new subtask takes old subtask
+    /// `subtask mod old parallelism`'s copy (as Flink redistributes broadcast state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<String>,
     /// Where `keyed`'s files are when not in the job storage: a savepoint's directory (URL).
     /// Such files are never the new job's own: its first checkpoint copies what it keeps
     /// (Flink's `NO_CLAIM` restore mode), so the savepoint stays whole.
@@ -45,6 +49,7 @@ pub fn redistribute(
             keyed: (!own.files.is_empty()).then(|| own.clone()).into_iter().collect(),
             positions: own.position.as_deref().map(&positions).unwrap_or_default(),
             sinks: own.sink.iter().cloned().collect(),
+            broadcast: own.broadcast.clone(),
             storage: None,
         };
     }
@@ -72,10 +77,14 @@ pub fn redistribute(
         .filter(|(i, _)| *i as u32 % parallelism == subtask)
         .filter_map(|(_, s)| s.sink.clone())
         .collect();
+    let broadcast = old
+        .get((subtask % old_parallelism.max(1)) as usize)
+        .and_then(|s| s.broadcast.clone());
     SubtaskRestore {
         keyed,
         positions,
         sinks,
+        broadcast,
         storage: None,
     }
 }
@@ -94,12 +103,30 @@ mod tests {
             files: vec![format!("state-{i}")],
             position: Some(format!("split-{i}")),
             sink: Some(format!("sink-{i}")),
+            broadcast: Some("rules".into()),
             ..Default::default()
         }
     }
 
     fn one(p: &str) -> Vec<String> {
         vec![p.to_string()]
+    }
+
+    #[test]
+    fn every_subtask_of_any_parallelism_gets_a_copy_of_the_broadcast_state() {
+        let old: Vec<TaskSnapshot> = (0..3)
+            .map(|i| TaskSnapshot {
+                broadcast: Some(format!("copy-{i}")),
+                ..Default::default()
+            })
+            .collect();
+        let refs: Vec<&TaskSnapshot> = old.iter().collect();
+        for p in [1, 2, 3, 5] {
+            for k in 0..p {
+                let r = redistribute(&refs, p, k, ranges, one);
+                assert_eq!(r.broadcast, Some(format!("copy-{}", k % 3)), "{k} of {p}");
+            }
+        }
     }
 
     #[test]

@@ -186,6 +186,7 @@ mod tests {
             state_bytes: 2,
             position: Some("line 7".into()),
             sink: None,
+            broadcast: None,
         };
         CompletedCheckpoint {
             max_parallelism: BTreeMap::new(),

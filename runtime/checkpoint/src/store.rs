@@ -157,6 +157,7 @@ mod tests {
                     state_bytes: 1000,
                     position: Some(format!("line {id}")),
                     sink: None,
+                    broadcast: None,
                 },
             )]),
         }

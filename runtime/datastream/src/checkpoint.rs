@@ -128,6 +128,8 @@ pub struct ChainSnapshot {
     pub source: Option<String>,
     /// Sinks: files pending commit and the next part number.
     pub sink: Option<String>,
+    /// A broadcast process function's broadcast state (hex of its encoding).
+    pub broadcast: Option<String>,
 }
 
 impl std::fmt::Debug for ChainSnapshot {
@@ -137,6 +139,7 @@ impl std::fmt::Debug for ChainSnapshot {
             .field("keyed", &self.keyed.is_some())
             .field("source", &self.source)
             .field("sink", &self.sink)
+            .field("broadcast", &self.broadcast.is_some())
             .finish()
     }
 }
@@ -151,6 +154,8 @@ pub struct TaskRestore {
     /// Sinks: the committer states this subtask takes over (its own, or after a rescale those
     /// of the old subtasks given to it; none: a subtask a rescale added).
     pub sinks: Vec<String>,
+    /// A broadcast process function's broadcast state, as a snapshot of any old subtask held it.
+    pub broadcast: Option<String>,
 }
 
 /// The positions a source snapshot holds: a subtask that read several splits (after a rescale)

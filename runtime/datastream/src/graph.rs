@@ -16,26 +16,55 @@ use crate::api::{NodeInput, NodeKind, Par, RuntimeMode, StreamExecutionEnvironme
 use crate::data::fnv1a32;
 use crate::error::{Error, Result};
 use crate::operators::OpContext;
-use crate::task::{OutputRoute, Task, TaskContext};
+use crate::operators::SideOutputs;
+use crate::task::{OutputRoute, StreamType, Task, TaskContext, WriterSetup};
 
 /// One vertex's operator chain and how its outputs route records.
 #[derive(Clone)]
 struct VertexPlan {
     /// Stream node indices, head first.
     chain: Vec<usize>,
-    /// Per JobGraph output: the consuming stream node (its input says partitioner and key).
+    /// The chain tail's outputs (the vertex outputs reading its main output).
     outputs: Vec<OutputRoute>,
-    /// Per input gate, in JobGraph input order: the stream node whose records arrive on it and
-    /// which input of the head operator it feeds.
-    inputs: Vec<(usize, u8)>,
+    /// Side outputs read through the vertex's outputs: the chain node emitting them, the tag, its
+    /// record type and the vertex outputs reading it.
+    side_outputs: Vec<SidePlan>,
+    /// How many outputs (partition writers) the vertex has.
+    num_outputs: usize,
+    /// Per input gate, in JobGraph input order: the type of the records arriving on it and which
+    /// input of the head operator it feeds.
+    inputs: Vec<(Option<Arc<dyn StreamType>>, u8)>,
 }
 
-/// Each node's input edges with unions resolved: an edge into a union becomes one edge from each
-/// of the union's inputs (with the consumer's partitioner and key, where it set them), so every
-/// edge starts at an operator or source. A union node itself has none.
+#[derive(Clone)]
+struct SidePlan {
+    node: usize,
+    tag: String,
+    ty: Arc<dyn StreamType>,
+    routes: Vec<OutputRoute>,
+}
+
+/// Each node's input edges with unions and side outputs resolved: an edge into a union becomes
+/// one edge from each of the union's inputs (with the consumer's partitioner and key, where it set
+/// them), an edge into a side output one from the node emitting it, tagged; so every edge starts
+/// at an operator or source. Union and side-output nodes themselves have none.
+fn is_virtual(kind: &NodeKind) -> bool {
+    matches!(kind, NodeKind::Union | NodeKind::SideOutput(_))
+}
+
 fn resolve_edges(nodes: &[StreamNode]) -> Vec<Vec<NodeInput>> {
     fn expand(nodes: &[StreamNode], edge: &NodeInput, out: &mut Vec<NodeInput>) {
-        match nodes[edge.node].kind {
+        match &nodes[edge.node].kind {
+            NodeKind::SideOutput(id) => {
+                let producer = &nodes[edge.node];
+                if let (Some(from), Some(ty)) = (producer.inputs.first(), producer.out_type.clone()) {
+                    out.push(NodeInput {
+                        node: from.node,
+                        tag: Some((id.clone(), ty)),
+                        ..edge.clone()
+                    });
+                }
+            }
             NodeKind::Union => {
                 for member in &nodes[edge.node].inputs {
                     let resolved = NodeInput {
@@ -43,6 +72,7 @@ fn resolve_edges(nodes: &[StreamNode]) -> Vec<Vec<NodeInput>> {
                         partitioner: edge.partitioner.or(member.partitioner),
                         key: edge.key.clone(),
                         side: edge.side,
+                        tag: None,
                     };
                     expand(nodes, &resolved, out);
                 }
@@ -54,7 +84,7 @@ fn resolve_edges(nodes: &[StreamNode]) -> Vec<Vec<NodeInput>> {
         .iter()
         .map(|node| {
             let mut out = Vec::new();
-            if !matches!(node.kind, NodeKind::Union) {
+            if !is_virtual(&node.kind) {
                 for edge in &node.inputs {
                     expand(nodes, edge, &mut out);
                 }
@@ -116,7 +146,7 @@ impl StreamExecutionEnvironment {
         }
         let n = nodes.len();
         let edges = resolve_edges(&nodes);
-        let is_union = |i: usize| matches!(nodes[i].kind, NodeKind::Union);
+        let is_union = |i: usize| is_virtual(&nodes[i].kind);
         let mut par = vec![0u32; n];
         let mut consumers = vec![0usize; n];
         for (i, node) in nodes.iter().enumerate() {
@@ -125,7 +155,8 @@ impl StreamExecutionEnvironment {
                 (Par::SameAsInput, Some(input)) => par[input.node],
                 _ => self.parallelism,
             };
-            for input in &edges[i] {
+            // A side output's consumers never chain: they do not count against the main output's.
+            for input in edges[i].iter().filter(|e| e.tag.is_none()) {
                 consumers[input.node] += 1;
             }
         }
@@ -154,6 +185,7 @@ impl StreamExecutionEnvironment {
             if let ([input], [p]) = (edges[i].as_slice(), partitioners[i].as_slice()) {
                 chained[i] = self.chaining
                     && !node.new_chain
+                    && input.tag.is_none()
                     && node.two_input.is_none()
                     && *p == Partitioner::Forward
                     && par[input.node] == par[i]
@@ -238,30 +270,53 @@ impl StreamExecutionEnvironment {
                 .position(|x| x.id == v.id)
                 .ok_or_else(|| Error::Graph(format!("vertex {} lost", v.id)))?;
             let chain = chains[ours].clone();
-            let outputs = graph
-                .outputs(VertexIndex(vi as u32))
-                .iter()
-                .map(|r| {
-                    let (consumer, k) = edge_nodes[r.0 as usize];
-                    let ds = graph.data_set(*r);
-                    OutputRoute {
-                        partitioner: ds.partitioner,
-                        key: edges[consumer][k].key.clone(),
-                        max_parallelism: graph.vertex(ds.consumer).max_parallelism,
-                    }
-                })
-                .collect();
+            let (mut outputs, mut side_outputs) = (Vec::new(), Vec::<SidePlan>::new());
+            let vertex_outputs = graph.outputs(VertexIndex(vi as u32));
+            for (index, r) in vertex_outputs.iter().enumerate() {
+                let (consumer, k) = edge_nodes[r.0 as usize];
+                let edge = &edges[consumer][k];
+                let ds = graph.data_set(*r);
+                let route = OutputRoute {
+                    partitioner: ds.partitioner,
+                    key: edge.key.clone(),
+                    max_parallelism: graph.vertex(ds.consumer).max_parallelism,
+                    index,
+                };
+                match &edge.tag {
+                    None => outputs.push(route),
+                    Some((tag, ty)) => match side_outputs
+                        .iter_mut()
+                        .find(|s| s.node == edge.node && s.tag == *tag)
+                    {
+                        Some(side) => side.routes.push(route),
+                        None => side_outputs.push(SidePlan {
+                            node: edge.node,
+                            tag: tag.clone(),
+                            ty: ty.clone(),
+                            routes: vec![route],
+                        }),
+                    },
+                }
+            }
             let inputs = graph
                 .inputs(VertexIndex(vi as u32))
                 .iter()
                 .map(|r| {
                     let (consumer, k) = edge_nodes[r.0 as usize];
-                    (edges[consumer][k].node, edges[consumer][k].side)
+                    let edge = &edges[consumer][k];
+                    // A side output's records are of its tag's type, not its producer's.
+                    let ty = match &edge.tag {
+                        Some((_, ty)) => Some(ty.clone()),
+                        None => nodes[edge.node].out_type.clone(),
+                    };
+                    (ty, edge.side)
                 })
                 .collect();
             plans.push(VertexPlan {
                 chain,
                 outputs,
+                side_outputs,
+                num_outputs: vertex_outputs.len(),
                 inputs,
             });
         }
@@ -371,10 +426,10 @@ impl BuiltJob {
                 "expected {expected_inputs} input gates, got {inputs}"
             )));
         }
-        if outputs != plan.outputs.len() {
+        if outputs != plan.num_outputs {
             return Err(fail(format!(
                 "expected {} partition writers, got {outputs}",
-                plan.outputs.len()
+                plan.num_outputs
             )));
         }
         if parallelism == 0 || subtask >= parallelism {
@@ -412,12 +467,45 @@ impl BuiltJob {
             time: self
                 .time_interval
                 .map(|interval| std::sync::Arc::new(crate::time::TaskTime::new(interval))),
+            side_outputs: Default::default(),
         };
         let (flush_each_record, flush_interval) = match ctx.buffer_timeout {
             Some(t) if t.is_zero() => (true, None),
             other => (false, other),
         };
         let tail = &self.nodes[*plan.chain.last().ok_or_else(|| fail("empty chain".into()))?];
+        let setup = WriterSetup {
+            subpartitions: ctx.outputs.iter().map(|w| w.num_subpartitions()).collect(),
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            buffer_size: ctx.buffer_size,
+            flush_each_record,
+            metrics: ctx.metrics.clone(),
+            time: op_ctx.time.clone(),
+        };
+        // The context an operator is built in: with the writers of its side outputs something
+        // reads; after it is built, none may be left (only process functions and windows emit).
+        let node_ctx = |i: usize| -> Result<OpContext> {
+            let mut sides = SideOutputs::default();
+            for side in plan.side_outputs.iter().filter(|s| s.node == i) {
+                sides
+                    .0
+                    .push((side.tag.clone(), side.ty.side_writer(&side.routes, &setup)?));
+            }
+            let mut c = op_ctx.clone();
+            c.side_outputs = Arc::new(std::sync::Mutex::new((!sides.0.is_empty()).then_some(sides)));
+            Ok(c)
+        };
+        let built = |i: usize, c: &OpContext| -> Result<()> {
+            match c.side_outputs.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(sides) => Err(fail(format!(
+                    "get_side_output: {} emits no side outputs (process functions and windows do), \
+                     yet {sides:?} is read",
+                    self.nodes[i].name
+                ))),
+                None => Ok(()),
+            }
+        };
         let (mut down, sink, ops_end) = match &tail.kind {
             NodeKind::Sink(factory) => {
                 let (op, io) = factory(&op_ctx, ctx.metrics.clone())?;
@@ -428,23 +516,16 @@ impl BuiltJob {
                     .out_type
                     .as_ref()
                     .ok_or_else(|| fail("tail has no output type".into()))?;
-                let subpartitions: Vec<u32> = ctx.outputs.iter().map(|w| w.num_subpartitions()).collect();
-                let w = ty.writer(
-                    &plan.outputs,
-                    &subpartitions,
-                    ctx.subtask,
-                    ctx.parallelism,
-                    ctx.buffer_size,
-                    flush_each_record,
-                    ctx.metrics.clone(),
-                    op_ctx.time.clone(),
-                )?;
-                (w, None, plan.chain.len())
+                (ty.writer(&plan.outputs, &setup)?, None, plan.chain.len())
             }
         };
         for &i in plan.chain.iter().take(ops_end).skip(1).rev() {
             match &self.nodes[i].kind {
-                NodeKind::Operator(factory) => down = factory(&op_ctx, down)?,
+                NodeKind::Operator(factory) => {
+                    let c = node_ctx(i)?;
+                    down = factory(&c, down)?;
+                    built(i, &c)?;
+                }
                 _ => return Err(fail(format!("{} cannot be chained", self.nodes[i].name))),
             }
         }
@@ -457,13 +538,12 @@ impl BuiltJob {
                     .inputs
                     .iter()
                     .zip(&channels)
-                    .flat_map(|(&(_, side), &n)| std::iter::repeat_n(side, n))
+                    .flat_map(|((_, side), &n)| std::iter::repeat_n(*side, n))
                     .collect();
                 return two.input_head(down, ctx.metrics.clone(), op_ctx.time.clone(), sides);
             }
-            let &(up, _) = plan.inputs.first().ok_or_else(|| fail("no input".into()))?;
-            let ty = self.nodes[up]
-                .out_type
+            let (ty, _) = plan.inputs.first().ok_or_else(|| fail("no input".into()))?;
+            let ty = ty
                 .as_ref()
                 .ok_or_else(|| fail("input has no record type".into()))?;
             let total = channels.iter().sum::<usize>().max(1);
@@ -471,7 +551,12 @@ impl BuiltJob {
         };
         let head = match &first.kind {
             NodeKind::Source(factory) => factory(&op_ctx, down)?,
-            NodeKind::Operator(factory) if ops_end > 0 => input_head(factory(&op_ctx, down)?)?,
+            NodeKind::Operator(factory) if ops_end > 0 => {
+                let c = node_ctx(plan.chain[0])?;
+                let op = factory(&c, down)?;
+                built(plan.chain[0], &c)?;
+                input_head(op)?
+            }
             // The chain is just the sink: records go straight from the input into it.
             _ => input_head(down)?,
         };

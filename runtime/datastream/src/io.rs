@@ -1336,6 +1336,7 @@ mod tests {
             restore,
             checkpointing: true,
             time: None,
+            side_outputs: Arc::default(),
         }
     }
 
@@ -1370,6 +1371,7 @@ mod tests {
                 checkpoint: 1,
                 sources: Vec::new(),
                 sinks: vec![state.clone()],
+                broadcast: None,
             })
         };
         let mut zombie = Box::new(FileSinkIo::new(url.clone(), &sink_context(restore())));
@@ -1419,6 +1421,7 @@ mod tests {
                 checkpoint,
                 sources: Vec::new(),
                 sinks,
+                broadcast: None,
             })
         };
         let mut states = Vec::new();

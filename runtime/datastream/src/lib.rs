@@ -26,9 +26,10 @@ mod time;
 mod types;
 
 pub use api::{
-    CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams, ConnectedStreams, DEFAULT_BUFFER_SIZE,
-    DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink, IntervalJoined, JoinedStreams, KeyedConnectedStreams,
-    KeyedStream, RuntimeMode, StreamExecutionEnvironment, WindowedStream, parse_memory_size,
+    BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
+    ConnectedStreams, DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink,
+    IntervalJoined, JoinedStreams, KeyedBroadcastConnectedStream, KeyedConnectedStreams, KeyedStream,
+    RuntimeMode, StreamExecutionEnvironment, WindowedStream, parse_memory_size,
 };
 pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
@@ -43,7 +44,10 @@ pub use operators::window::{
     SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger,
     TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner, WindowContext,
 };
-pub use operators::{Collector, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, TaggedUnion};
+pub use operators::{
+    BroadcastProcessFunction, Collector, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,
+    KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction, TaggedUnion,
+};
 pub use state::{ListState, MapState, ValueState};
 pub use task::{Task, TaskContext, TaskMetrics};
 pub use time::timers::TimeDomain;

@@ -43,8 +43,14 @@ impl<T> ListState<T> {
 }
 
 /// A sorted map per key (Flink's `MapState`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapState<K: Ord, V>(BTreeMap<K, V>);
+
+impl<K: Ord, V> Default for MapState<K, V> {
+    fn default() -> Self {
+        MapState(BTreeMap::new())
+    }
+}
 
 impl<K: Ord, V> MapState<K, V> {
     pub fn get(&self, key: &K) -> Option<&V> {

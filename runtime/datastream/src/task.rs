@@ -19,7 +19,9 @@ use crate::checkpoint::{ChainSnapshot, Checkpointing, Control, KeyedStateInit, T
 use crate::data::{Data, KeyGroupRouter};
 use crate::error::{Error, Result};
 use crate::io::{SinkIo, Source};
-use crate::operators::{AnyOp, BoxOp, Chunk, Collector, Op, TaggedUnion, Target, downcast, erase};
+use crate::operators::{
+    AnyOp, BoxOp, Chunk, Collector, Op, SideOutput, SideWriter, TaggedUnion, Target, downcast, erase,
+};
 use crate::time::element::{self, Header};
 use crate::time::valve::WatermarkValve;
 use crate::time::{TaskTime, TimeEvent};
@@ -80,6 +82,21 @@ pub(crate) struct OutputRoute {
     pub key: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Key groups of the consumer.
     pub max_parallelism: u32,
+    /// Which of the vertex's outputs (partition writers) the route feeds.
+    pub index: usize,
+}
+
+/// What every record writer of a task is built with.
+#[derive(Clone)]
+pub(crate) struct WriterSetup {
+    /// Per vertex output (partition writer): its subpartitions.
+    pub subpartitions: Vec<u32>,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub buffer_size: usize,
+    pub flush_each_record: bool,
+    pub metrics: Arc<TaskMetrics>,
+    pub time: Option<Arc<TaskTime>>,
 }
 
 enum Router<T> {
@@ -137,20 +154,17 @@ pub(crate) fn pointwise_targets(producer: u32, producers: u32, consumers: u32) -
 }
 
 impl<T: Data> RecordWriter<T> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        routes: &[OutputRoute],
-        subpartitions: &[u32],
-        subtask: u32,
-        parallelism: u32,
-        buffer_size: usize,
-        flush_each_record: bool,
-        metrics: Arc<TaskMetrics>,
-        time: Option<Arc<TaskTime>>,
-    ) -> Result<Self> {
+    fn new(routes: &[OutputRoute], setup: &WriterSetup) -> Result<Self> {
+        let (subtask, parallelism) = (setup.subtask, setup.parallelism);
         let mut outputs = Vec::with_capacity(routes.len());
-        for (index, (route, &n)) in routes.iter().zip(subpartitions).enumerate() {
-            let n = n.max(1);
+        for route in routes {
+            let index = route.index;
+            let n = setup
+                .subpartitions
+                .get(index)
+                .copied()
+                .ok_or_else(|| Error::Graph(format!("no vertex output {index}")))?
+                .max(1);
             let router = match route.partitioner {
                 Partitioner::Forward | Partitioner::Rescale => {
                     let (start, end) = pointwise_targets(subtask, parallelism, n);
@@ -199,11 +213,11 @@ impl<T: Data> RecordWriter<T> {
             outputs,
             scratch: Vec::new(),
             pending: Vec::new(),
-            buffer_size: buffer_size.max(1),
-            flush_each_record,
+            buffer_size: setup.buffer_size.max(1),
+            flush_each_record: setup.flush_each_record,
             count: 0,
-            metrics,
-            time,
+            metrics: setup.metrics.clone(),
+            time: setup.time.clone(),
         })
     }
 }
@@ -389,18 +403,10 @@ impl<T: Data> Op<T> for RecordWriter<T> {
 
 /// Operations on a stream's record type, erased once per stream node.
 pub(crate) trait StreamType: Send + Sync {
-    #[allow(clippy::too_many_arguments)]
-    fn writer(
-        &self,
-        routes: &[OutputRoute],
-        subpartitions: &[u32],
-        subtask: u32,
-        parallelism: u32,
-        buffer_size: usize,
-        flush_each_record: bool,
-        metrics: Arc<TaskMetrics>,
-        time: Option<Arc<TaskTime>>,
-    ) -> Result<AnyOp>;
+    /// The tail of a chain writing the vertex outputs `routes`.
+    fn writer(&self, routes: &[OutputRoute], setup: &WriterSetup) -> Result<AnyOp>;
+    /// An operator's writer of one side output, read by the vertex outputs `routes`.
+    fn side_writer(&self, routes: &[OutputRoute], setup: &WriterSetup) -> Result<Box<dyn SideOutput>>;
     /// The decoder of a vertex input of `channels` channels (their watermarks combine).
     fn input_head(
         &self,
@@ -454,28 +460,14 @@ impl<A: Data, B: Data> TwoInputType for TwoInputOf<A, B> {
 }
 
 impl<T: Data> StreamType for TypeOf<T> {
-    fn writer(
-        &self,
-        routes: &[OutputRoute],
-        subpartitions: &[u32],
-        subtask: u32,
-        parallelism: u32,
-        buffer_size: usize,
-        flush_each_record: bool,
-        metrics: Arc<TaskMetrics>,
-        time: Option<Arc<TaskTime>>,
-    ) -> Result<AnyOp> {
-        let w = RecordWriter::<T>::new(
-            routes,
-            subpartitions,
-            subtask,
-            parallelism,
-            buffer_size,
-            flush_each_record,
-            metrics,
-            time,
-        )?;
-        Ok(erase::<T>(Box::new(w)))
+    fn writer(&self, routes: &[OutputRoute], setup: &WriterSetup) -> Result<AnyOp> {
+        Ok(erase::<T>(Box::new(RecordWriter::<T>::new(routes, setup)?)))
+    }
+
+    fn side_writer(&self, routes: &[OutputRoute], setup: &WriterSetup) -> Result<Box<dyn SideOutput>> {
+        Ok(Box::new(SideWriter::<T>(Box::new(RecordWriter::<T>::new(
+            routes, setup,
+        )?))))
     }
 
     fn input_head(
@@ -819,6 +811,7 @@ impl Running {
             keyed: None,
             source: None,
             sink: None,
+            broadcast: None,
         };
         self.head.snapshot(id, &mut snapshot)?;
         if let Some(sink) = self.sink.as_mut() {
@@ -1039,9 +1032,18 @@ mod tests {
             partitioner: Partitioner::Rebalance,
             key: None,
             max_parallelism: 128,
+            index: 0,
         };
-        let mut w = RecordWriter::<String>::new(&[route], &[2], 0, 1, 16, false, metrics.clone(), None)
-            .expect("writer");
+        let setup = WriterSetup {
+            subpartitions: vec![2],
+            subtask: 0,
+            parallelism: 1,
+            buffer_size: 16,
+            flush_each_record: false,
+            metrics: metrics.clone(),
+            time: None,
+        };
+        let mut w = RecordWriter::<String>::new(&[route], &setup).expect("writer");
         for i in 0..20 {
             w.collect(format!("record-{i}"));
         }

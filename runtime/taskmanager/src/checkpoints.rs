@@ -40,6 +40,7 @@ impl TaskManager {
                     Ok(mut task_snapshot) => {
                         task_snapshot.position = snapshot.source;
                         task_snapshot.sink = snapshot.sink;
+                        task_snapshot.broadcast = snapshot.broadcast;
                         jobmanager
                             .acknowledge_checkpoint(pb::AcknowledgeCheckpointRequest {
                                 id: Some(id.clone()),

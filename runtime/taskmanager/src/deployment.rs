@@ -237,6 +237,7 @@ impl TaskManager {
                 checkpoint: *checkpoint,
                 sources: r.positions.clone(),
                 sinks: r.sinks.clone(),
+                broadcast: r.broadcast.clone(),
             }),
             keyed_state: None,
         };

@@ -17,8 +17,9 @@ use super::{DataStream, KeyedStream, NodeInput, NodeKind, Par, StreamNode, lock,
 use crate::data::Data;
 use crate::operators::window::{ProcessWindowFunction, WindowAssigner, WindowContext};
 use crate::operators::{
-    AnyOp, CoProcess, Collector, FlatMapOp, IntervalJoin, KeyFn, KeyedCoProcessFunction, MapOp, OpContext,
-    OpFactory, TaggedUnion, downcast, erase,
+    AnyOp, BroadcastOp, CoProcess, Collector, FlatMapOp, IntervalJoin, KeyFn, KeyedBroadcastOp,
+    KeyedCoProcessFunction, KeyedInner, KeyedProcessOperator, KeyedSide, MapOp, OpContext, OpFactory,
+    SortedKeyedProcess, TaggedUnion, downcast, erase, restore_broadcast,
 };
 use crate::task::{TwoInputOf, TypeOf};
 
@@ -487,5 +488,140 @@ where
             }
         }
         (self.0)(key, ctx, &firsts, &seconds, out)
+    }
+}
+
+impl<T: Data> DataStream<T> {
+    /// This stream and `broadcast`, every element of which goes to every subtask (Flink's
+    /// `connect(stream.broadcast(descriptor))`): `.process(BroadcastProcessFunction)`.
+    pub fn connect_broadcast<B: Data>(&self, broadcast: &DataStream<B>) -> BroadcastConnectedStream<T, B> {
+        BroadcastConnectedStream {
+            first: self.clone(),
+            broadcast: broadcast.broadcast(),
+        }
+    }
+}
+
+impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
+    /// This keyed stream and `broadcast`, every element of which goes to every subtask:
+    /// `.process(KeyedBroadcastProcessFunction)`.
+    pub fn connect_broadcast<B: Data>(
+        &self,
+        broadcast: &DataStream<B>,
+    ) -> KeyedBroadcastConnectedStream<T, B, K> {
+        KeyedBroadcastConnectedStream {
+            keyed: self.clone(),
+            broadcast: broadcast.broadcast(),
+        }
+    }
+}
+
+/// A stream connected with a broadcast stream (Flink's `BroadcastConnectedStream`).
+pub struct BroadcastConnectedStream<A, B> {
+    first: DataStream<A>,
+    broadcast: DataStream<B>,
+}
+
+impl<A, B> std::fmt::Debug for BroadcastConnectedStream<A, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BroadcastConnectedStream").finish_non_exhaustive()
+    }
+}
+
+impl<A: Data, B: Data> BroadcastConnectedStream<A, B> {
+    /// A [`BroadcastProcessFunction`](crate::BroadcastProcessFunction): the broadcast state,
+    /// checkpointed by every subtask and restored into any parallelism.
+    pub fn process<O: Data, F: crate::BroadcastProcessFunction<A, B, O>>(&self, f: F) -> DataStream<O> {
+        let f = Arc::new(f);
+        let batch = self.first.mode() == super::RuntimeMode::Batch;
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            let restored = ctx.restore.as_ref().and_then(|r| r.broadcast.as_deref());
+            Ok(erase::<TaggedUnion<A, B>>(Box::new(BroadcastOp {
+                f: f.clone(),
+                broadcast: restore_broadcast(restored)?,
+                time: ctx.time.clone(),
+                watermark: crate::time::MIN_WATERMARK,
+                side: ctx.take_side_outputs(),
+                failure: None,
+                down: downcast::<O>(down)?,
+                held: batch.then(Vec::new),
+                _in: PhantomData,
+            })))
+        });
+        two_input_node::<A, B, O>(
+            &self.first,
+            self.first.plain_input(),
+            self.broadcast.plain_input(),
+            "broadcast-process",
+            "BroadcastProcess",
+            factory,
+        )
+    }
+}
+
+/// A keyed stream connected with a broadcast stream.
+pub struct KeyedBroadcastConnectedStream<A, B, K> {
+    keyed: KeyedStream<A, K>,
+    broadcast: DataStream<B>,
+}
+
+impl<A, B, K> std::fmt::Debug for KeyedBroadcastConnectedStream<A, B, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedBroadcastConnectedStream")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedBroadcastConnectedStream<A, B, K> {
+    /// A [`KeyedBroadcastProcessFunction`](crate::KeyedBroadcastProcessFunction): keyed state
+    /// and timers for the keyed input, the broadcast state for both; in BATCH every broadcast
+    /// element is processed before the keyed input (which is sorted by key, as any BATCH keyed
+    /// operator's).
+    pub fn process<O, F>(&self, f: F) -> DataStream<O>
+    where
+        O: Data,
+        F: crate::KeyedBroadcastProcessFunction<K, A, B, O>,
+    {
+        lock(&self.keyed.stream.shared).timed = true;
+        let batch = self.keyed.stream.mode() == super::RuntimeMode::Batch;
+        let (f, key) = (Arc::new(f), self.keyed.key.clone());
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            let restored = ctx.restore.as_ref().and_then(|r| r.broadcast.as_deref());
+            let broadcast = Arc::new(std::sync::Mutex::new(restore_broadcast(restored)?));
+            let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
+            let side = KeyedSide {
+                f: f.clone(),
+                broadcast: broadcast.clone(),
+                _b: PhantomData,
+            };
+            let op = KeyedProcessOperator::new(
+                key.clone(),
+                Arc::new(side),
+                state,
+                timers,
+                ctx.task_time()?,
+                downcast::<O>(down)?,
+            )
+            .with_metrics(ctx.metrics.clone())
+            .with_side_outputs(ctx.take_side_outputs());
+            let inner = if batch {
+                KeyedInner::Batch(SortedKeyedProcess::new(op))
+            } else {
+                KeyedInner::Streaming(op)
+            };
+            Ok(erase::<TaggedUnion<A, B>>(Box::new(KeyedBroadcastOp {
+                inner,
+                f: f.clone(),
+                broadcast,
+            })))
+        });
+        two_input_node::<A, B, O>(
+            &self.keyed.stream,
+            self.keyed.hash_input(self.keyed.stream.node),
+            self.broadcast.plain_input(),
+            "broadcast-process",
+            "KeyedBroadcastProcess",
+            factory,
+        )
     }
 }

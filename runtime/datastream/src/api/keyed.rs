@@ -68,6 +68,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
             partitioner: Some(Partitioner::Hash),
             key: Some(Arc::new(hasher)),
             side: 0,
+            tag: None,
         }
     }
 
@@ -198,7 +199,8 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
                 ctx.task_time()?,
                 downcast::<O>(down)?,
             )
-            .with_metrics(ctx.metrics.clone());
+            .with_metrics(ctx.metrics.clone())
+            .with_side_outputs(ctx.take_side_outputs());
             Ok(if batch {
                 erase::<T>(Box::new(SortedKeyedProcess::new(op)))
             } else {

@@ -18,7 +18,8 @@ use crate::io::{
     self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
 };
 use crate::operators::{
-    AnyOp, BoxOp, Collector, FilterOp, FlatMapOp, KeyRefFn, MapOp, OpContext, OpFactory, downcast, erase,
+    AnyOp, BoxOp, Collector, FilterOp, FlatMapOp, KeyRefFn, MapOp, OpContext, OpFactory, OutputTag, downcast,
+    erase,
 };
 use crate::pace::{Pacer, Stride};
 use crate::task::{Head, SourceHead, StreamType, TypeOf};
@@ -31,8 +32,8 @@ mod window;
 pub use crate::types::RuntimeMode;
 use crate::types::TaskMetrics;
 pub use connected::{
-    CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams, ConnectedStreams, IntervalJoined,
-    JoinedStreams, KeyedConnectedStreams,
+    BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
+    ConnectedStreams, IntervalJoined, JoinedStreams, KeyedBroadcastConnectedStream, KeyedConnectedStreams,
 };
 pub use keyed::KeyedStream;
 pub use window::WindowedStream;
@@ -49,6 +50,9 @@ pub(crate) enum NodeKind {
     /// Flink's `union`: not an operator. Its consumers read from each of its inputs directly
     /// (the edges are resolved when the job is built).
     Union,
+    /// The side output of this id of its input node: its consumers read that node's writer for
+    /// the tag (the edges are resolved when the job is built).
+    SideOutput(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +71,9 @@ pub(crate) struct NodeInput {
     pub key: Option<Arc<dyn Any + Send + Sync>>,
     /// Which input of a two-input operator the edge feeds (0: the first, 1: the second).
     pub side: u8,
+    /// The edge reads its producer's side output of this id (records of type `.1`), not its main
+    /// output.
+    pub tag: Option<(String, Arc<dyn StreamType>)>,
 }
 
 impl NodeInput {
@@ -77,6 +84,7 @@ impl NodeInput {
             partitioner,
             key: None,
             side: 0,
+            tag: None,
         }
     }
 }
@@ -599,6 +607,25 @@ impl<T: Data> DataStream<T> {
         )
     }
 
+    /// A [`ProcessFunction`](crate::ProcessFunction) over each element (Flink's
+    /// `process(ProcessFunction)`): the element's timestamp, the watermark, and side outputs
+    /// (`ctx.output(&tag, ..)`, read with `get_side_output(&tag)`).
+    pub fn process<O: Data, F: crate::operators::ProcessFunction<T, O>>(&self, f: F) -> DataStream<O> {
+        let f = Arc::new(f);
+        let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            Ok(erase::<T>(Box::new(crate::operators::ProcessOp {
+                f: f.clone(),
+                time: ctx.time.clone(),
+                watermark: crate::time::MIN_WATERMARK,
+                side: ctx.take_side_outputs(),
+                failure: None,
+                down: downcast::<O>(down)?,
+                _in: PhantomData,
+            })))
+        });
+        self.add_operator("process", "Process", Par::Default, self.plain_input(), factory)
+    }
+
     pub fn filter<F: Fn(&T) -> bool + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
         let f = Arc::new(f);
         let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
@@ -665,6 +692,27 @@ impl<T: Data> DataStream<T> {
     /// To the downstream subtask of the same index (parallelism must match).
     pub fn forward(&self) -> DataStream<T> {
         self.partitioned(Partitioner::Forward)
+    }
+
+    /// The records the operator producing this stream emitted to `tag` (Flink's
+    /// `getSideOutput`): from a process function's `ctx.output(&tag, ..)`, or a window's late
+    /// elements (`side_output_late_data`).
+    pub fn get_side_output<X: Data>(&self, tag: &OutputTag<X>) -> DataStream<X> {
+        let node = push_node(
+            &self.shared,
+            StreamNode {
+                id: "side-output",
+                name: format!("SideOutput({})", tag.id()),
+                parallelism: Par::Default,
+                inputs: vec![NodeInput::from(self.node, None)],
+                kind: NodeKind::SideOutput(tag.id().to_string()),
+                two_input: None,
+                out_type: Some(Arc::new(TypeOf::<X>(PhantomData))),
+                new_chain: false,
+                source_input: None,
+            },
+        );
+        DataStream::at(self.shared.clone(), node)
     }
 
     /// Sets the parallelism of the operator that produces this stream.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{DataStream, KeyedStream, Par, lock};
 use crate::data::Data;
+use crate::operators::OutputTag;
 use crate::operators::window::{
     AggregateFn, AggregateFunction, ContentsFn, Direct, EventTimeTrigger, Evictor, NeverTrigger,
     ProcessWindowFunction, ProcessingTimeTrigger, ReduceFn, ThenProcess, Trigger, WindowAssigner, WindowFn,
@@ -23,6 +24,8 @@ pub struct WindowedStream<T, K> {
     allowed_lateness: i64,
     /// `window_all`: one window operator, parallelism 1.
     all: bool,
+    /// Flink's `sideOutputLateData`.
+    late: Option<OutputTag<T>>,
 }
 
 impl<T, K> std::fmt::Debug for WindowedStream<T, K> {
@@ -46,6 +49,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
             evictor: None,
             allowed_lateness: 0,
             all: false,
+            late: None,
         }
     }
 }
@@ -75,6 +79,14 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     /// Keeps a window's state this long past its end: a late element fires it again (event time).
     pub fn allowed_lateness(mut self, lateness: Duration) -> Self {
         self.allowed_lateness = lateness.as_millis().min(i64::MAX as u128) as i64;
+        self
+    }
+
+    /// Elements too late for every window they belong to go to the side output `tag` (Flink's
+    /// `sideOutputLateData`; `get_side_output(&tag)` on the windowed result reads them) instead
+    /// of being dropped and counted in `numLateRecordsDropped`.
+    pub fn side_output_late_data(mut self, tag: &OutputTag<T>) -> Self {
+        self.late = Some(tag.clone());
         self
     }
 
@@ -173,6 +185,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
             trigger,
             allowed_lateness: lateness,
             f,
+            late: self.late.clone(),
             _types: PhantomData,
         });
         let factory = self.keyed.keyed_process_factory(window);

@@ -606,6 +606,7 @@ mod tests {
                 keyed: None,
                 source: None,
                 sink: None,
+                broadcast: None,
             };
             let held = grouper
                 .snapshot(1, &mut snapshot)

@@ -116,6 +116,8 @@ pub(crate) struct OpContext {
     /// The job is timed (it assigns timestamps or uses event time): the task's record timestamp
     /// and clock; `None` otherwise.
     pub time: Option<Arc<TaskTime>>,
+    /// The writers of this operator's side outputs that something reads (set per operator).
+    pub side_outputs: Arc<std::sync::Mutex<Option<SideOutputs>>>,
 }
 
 impl OpContext {
@@ -135,6 +137,15 @@ impl OpContext {
             Keyed::new(init, self.key_groups.clone(), self.max_parallelism)?,
             timers,
         ))
+    }
+
+    /// The side outputs of the operator being built, taken once.
+    pub(crate) fn take_side_outputs(&self) -> SideOutputs {
+        self.side_outputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default()
     }
 
     /// The task's time, in a job with event time.
@@ -217,20 +228,26 @@ pub(crate) use tail_checkpoint;
 
 // After the macros: the operator families use them.
 mod basic;
+mod broadcast;
 mod co;
 mod keyed;
 mod process;
+mod side;
 pub(crate) mod window;
 
 pub(crate) use basic::{FilterOp, FlatMapOp, MapOp};
+pub(crate) use broadcast::{BroadcastOp, KeyedBroadcastOp, KeyedInner, KeyedSide, restore_broadcast};
+pub use broadcast::{BroadcastProcessFunction, KeyedBroadcastProcessFunction};
 pub(crate) use co::{CoProcess, IntervalJoin};
 pub use co::{KeyedCoProcessFunction, TaggedUnion};
 pub(crate) use keyed::{
     Combiner, SortedProcess, SortedReduce, StreamingProcess, StreamingReduce, StreamingSumGroups, SumGroup,
     SumGrouper,
 };
-pub use process::{KeyedContext, KeyedProcessFunction};
-pub(crate) use process::{KeyedProcessOperator, SortedKeyedProcess};
+pub use process::{KeyedContext, KeyedProcessFunction, ProcessContext, ProcessFunction};
+pub(crate) use process::{KeyedProcessOperator, ProcessOp, SortedKeyedProcess};
+pub use side::OutputTag;
+pub(crate) use side::{SideOutput, SideOutputs, SideWriter};
 
 /// Counts the records a source emits into its chain as the task's records in (what it read).
 pub(crate) struct CountIn<T> {

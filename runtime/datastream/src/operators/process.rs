@@ -6,7 +6,7 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{BoxOp, Chunk, Collector, KeyFn, Op};
+use super::{BoxOp, Chunk, Collector, KeyFn, Op, OutputTag, SideOutputs};
 use crate::checkpoint::{ChainSnapshot, Keyed};
 use crate::data::Data;
 use crate::error::Result;
@@ -55,6 +55,7 @@ pub struct KeyedContext<'a, K, S> {
     time: &'a TaskTime,
     failure: &'a mut Option<String>,
     metrics: &'a TaskMetrics,
+    side: &'a mut SideOutputs,
 }
 
 impl<K, S> std::fmt::Debug for KeyedContext<'_, K, S> {
@@ -145,6 +146,14 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
     pub(crate) fn fail(&mut self, message: String) {
         self.failure.get_or_insert(message);
     }
+
+    /// Emits `value` to the side output `tag` (Flink's `ctx.output`), with the timestamp the main
+    /// output's records get now.
+    pub fn output<X: Data>(&mut self, tag: &OutputTag<X>, value: X) {
+        if let Err(e) = self.side.emit(tag, value) {
+            self.fail(e);
+        }
+    }
 }
 
 /// The STREAMING operator of a [`KeyedProcessFunction`].
@@ -161,6 +170,8 @@ pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>
     pub failure: Option<String>,
     /// The task's counters (late records dropped).
     pub metrics: Arc<TaskMetrics>,
+    /// The side outputs something reads.
+    pub side: SideOutputs,
     pub _in: PhantomData<fn(T)>,
 }
 
@@ -190,8 +201,15 @@ where
             changes: Vec::new(),
             failure: None,
             metrics: Arc::default(),
+            side: SideOutputs::default(),
             _in: PhantomData,
         }
+    }
+
+    /// Emits side outputs to these writers.
+    pub(crate) fn with_side_outputs(mut self, side: SideOutputs) -> Self {
+        self.side = side;
+        self
     }
 
     /// Counts into the task's counters.
@@ -208,13 +226,14 @@ where
         domain: Option<TimeDomain>,
         call: impl FnOnce(&F, &mut KeyedContext<'_, K, F::State>, &mut dyn Collector<O>),
     ) {
-        let (f, down, changes, time, failure, metrics) = (
+        let (f, down, changes, time, failure, metrics, side) = (
             &self.f,
             &mut self.down,
             &mut self.changes,
             &*self.time,
             &mut self.failure,
             &*self.metrics,
+            &mut self.side,
         );
         let (watermark, processing_time) = (self.watermark, crate::time::now_ms());
         self.state.update_keep(key, |key, state| {
@@ -230,6 +249,7 @@ where
                 time,
                 failure,
                 metrics,
+                side,
             };
             call(f, &mut ctx, &mut **down);
             !ctx.cleared
@@ -288,23 +308,23 @@ where
             TimeEvent::Watermark(w) => {
                 self.watermark = w;
                 self.fire(TimeDomain::EventTime, w);
-                self.down.on_time(event);
             }
-            TimeEvent::ProcessingTime(now) => {
-                self.fire(TimeDomain::ProcessingTime, now);
-                self.down.on_time(event);
-            }
-            TimeEvent::Idle | TimeEvent::Active => self.down.on_time(event),
+            TimeEvent::ProcessingTime(now) => self.fire(TimeDomain::ProcessingTime, now),
+            TimeEvent::Idle | TimeEvent::Active => {}
         }
+        self.side.on_time(event);
+        self.down.on_time(event);
     }
 
     fn finish(&mut self) {
         // Processing-time timers do not fire at end of input (Flink's behaviour): only event
         // time ends, with the MAX watermark that came before this.
+        self.side.finish();
         self.down.finish()
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.side.drain(flush, out);
         self.down.drain(flush, out)
     }
 
@@ -349,6 +369,11 @@ where
             records: Vec::new(),
             done: false,
         }
+    }
+
+    /// The rest of the chain (a broadcast process function emits into it directly).
+    pub(crate) fn down(&mut self) -> &mut BoxOp<O> {
+        &mut self.inner.down
     }
 
     fn run_sorted(&mut self) {
@@ -403,16 +428,19 @@ where
     fn on_time(&mut self, event: TimeEvent) {
         if event == TimeEvent::Watermark(i64::MAX) {
             self.run_sorted();
+            self.inner.side.on_time(event);
             self.inner.down.on_time(event);
         }
     }
 
     fn finish(&mut self) {
         self.run_sorted();
+        self.inner.side.finish();
         self.inner.down.finish()
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.inner.side.drain(flush, out);
         self.inner.down.drain(flush, out)
     }
 
@@ -423,6 +451,123 @@ where
 
     fn failure(&mut self) -> Option<String> {
         self.inner.failure()
+    }
+}
+
+/// A function over a stream that is not keyed (Flink's `ProcessFunction`): per element, with its
+/// timestamp, the current watermark and side outputs. Timers and state need a keyed stream.
+pub trait ProcessFunction<I, O>: Send + Sync + 'static {
+    fn process_element(&self, value: I, ctx: &mut ProcessContext<'_>, out: &mut dyn Collector<O>);
+}
+
+/// What a [`ProcessFunction`] sees of an element.
+pub struct ProcessContext<'a> {
+    timestamp: Option<i64>,
+    watermark: i64,
+    side: &'a mut SideOutputs,
+    failure: &'a mut Option<String>,
+}
+
+impl std::fmt::Debug for ProcessContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessContext")
+            .field("timestamp", &self.timestamp)
+            .field("watermark", &self.watermark)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ProcessContext<'a> {
+    pub(crate) fn new(
+        timestamp: Option<i64>,
+        watermark: i64,
+        side: &'a mut SideOutputs,
+        failure: &'a mut Option<String>,
+    ) -> Self {
+        ProcessContext {
+            timestamp,
+            watermark,
+            side,
+            failure,
+        }
+    }
+
+    /// The element's timestamp; `None` when it has none.
+    pub fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+
+    /// The operator's current event time (`i64::MIN` before the first watermark).
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    /// Milliseconds since the epoch.
+    pub fn current_processing_time(&self) -> i64 {
+        crate::time::now_ms()
+    }
+
+    /// Emits `value` to the side output `tag`, with the element's timestamp.
+    pub fn output<X: Data>(&mut self, tag: &OutputTag<X>, value: X) {
+        if let Err(e) = self.side.emit(tag, value) {
+            self.failure.get_or_insert(e);
+        }
+    }
+}
+
+/// The operator of a [`ProcessFunction`].
+pub(crate) struct ProcessOp<T, O, F> {
+    pub f: Arc<F>,
+    pub time: Option<Arc<TaskTime>>,
+    pub watermark: i64,
+    pub side: SideOutputs,
+    pub failure: Option<String>,
+    pub down: BoxOp<O>,
+    pub _in: PhantomData<fn(T)>,
+}
+
+impl<T: Data, O: Data, F: ProcessFunction<T, O>> Collector<T> for ProcessOp<T, O, F> {
+    fn collect(&mut self, record: T) {
+        let timestamp = self
+            .time
+            .as_ref()
+            .map(|t| t.timestamp())
+            .filter(|ts| *ts != MIN_WATERMARK);
+        let mut ctx = ProcessContext {
+            timestamp,
+            watermark: self.watermark,
+            side: &mut self.side,
+            failure: &mut self.failure,
+        };
+        self.f.process_element(record, &mut ctx, &mut *self.down);
+    }
+}
+
+impl<T: Data, O: Data, F: ProcessFunction<T, O>> Op<T> for ProcessOp<T, O, F> {
+    fn on_time(&mut self, event: TimeEvent) {
+        if let TimeEvent::Watermark(w) = event {
+            self.watermark = w;
+        }
+        self.side.on_time(event);
+        self.down.on_time(event)
+    }
+
+    fn finish(&mut self) {
+        self.side.finish();
+        self.down.finish()
+    }
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        self.side.drain(flush, out);
+        self.down.drain(flush, out)
+    }
+
+    fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+        self.down.snapshot(checkpoint, out)
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.failure.take().or_else(|| self.down.failure())
     }
 }
 

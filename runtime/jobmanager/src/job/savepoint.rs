@@ -253,7 +253,9 @@ impl JobMaster {
     ) -> Result<(), String> {
         let max_parallelism = self.max_parallelism();
         let mut checkpoint = savepoint.checkpoint;
-        let has_state = |t: &TaskSnapshot| !t.files.is_empty() || t.position.is_some() || t.sink.is_some();
+        let has_state = |t: &TaskSnapshot| {
+            !t.files.is_empty() || t.position.is_some() || t.sink.is_some() || t.broadcast.is_some()
+        };
         let vertex_of = |task: &str| task.rsplit_once('#').map_or(task, |(v, _)| v).to_string();
         let mut unclaimed = std::collections::BTreeSet::new();
         for (task, snapshot) in &checkpoint.tasks {

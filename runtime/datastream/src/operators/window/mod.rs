@@ -11,7 +11,7 @@
 
 use std::marker::PhantomData;
 
-use super::{Collector, KeyedContext, KeyedProcessFunction};
+use super::{Collector, KeyedContext, KeyedProcessFunction, OutputTag};
 use crate::data::Data;
 use crate::error::Result;
 use crate::time::MIN_WATERMARK;
@@ -135,6 +135,9 @@ pub(crate) struct WindowOperator<K, T, O, W> {
     /// Ms a window's state is kept past its end for late elements (event time only).
     pub allowed_lateness: i64,
     pub f: W,
+    /// Flink's `sideOutputLateData`: where elements too late for all their windows go instead of
+    /// being dropped.
+    pub late: Option<OutputTag<T>>,
     pub _types: PhantomData<fn(K, T) -> O>,
 }
 
@@ -296,7 +299,10 @@ where
             }
         }
         if !taken && n_assigned > 0 {
-            ctx.late_record_dropped();
+            match (&self.late, value) {
+                (Some(tag), Some(value)) => ctx.output(tag, value),
+                _ => ctx.late_record_dropped(),
+            }
         }
         if ctx.state().0.is_empty() {
             ctx.clear_state();

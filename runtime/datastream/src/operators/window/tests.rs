@@ -35,6 +35,7 @@ impl<O: Data> Harness<O> {
             trigger,
             allowed_lateness: lateness,
             f,
+            late: None,
             _types: PhantomData,
         };
         let op = KeyedProcessOperator::new(
