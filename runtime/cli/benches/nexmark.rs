@@ -19,12 +19,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{arg, measure};
-use floe_datastream::nexmark::{Bid, NexmarkConfig, parse_sql_timestamp, reference};
+use floe_datastream::nexmark::{Event, NexmarkConfig, output_table, parse_sql_timestamp, reference};
 
 const FLOE: &str = env!("CARGO_BIN_EXE_floe");
-const ALL: [&str; 7] = ["q0", "q1", "q2", "q5", "q7", "q11", "q12"];
+const ALL: [&str; 10] = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q12"];
 
-/// The suite's `datagen` table over the exported files, and the `bid` view (`ddl_views.sql`).
+/// The suite's `datagen` table over the exported files, and its `person`, `auction` and `bid`
+/// views (`ddl_views.sql`).
 const SOURCE: &str = r#"
 CREATE TABLE nexmark (
     event_type int,
@@ -39,6 +40,12 @@ CREATE TABLE nexmark (
         END,
     WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND
 ) WITH ('connector' = 'filesystem', 'path' = '${EVENTS}', 'format' = 'json');
+CREATE VIEW person AS
+SELECT person.id, person.name, person.emailAddress, person.creditCard, person.city, person.state, `dateTime`, person.extra
+FROM nexmark WHERE event_type = 0;
+CREATE VIEW auction AS
+SELECT auction.id, auction.itemName, auction.description, auction.initialBid, auction.reserve, `dateTime`, auction.expires, auction.seller, auction.category, auction.extra
+FROM nexmark WHERE event_type = 1;
 CREATE VIEW bid AS
 SELECT bid.auction, bid.bidder, bid.price, bid.channel, bid.url, `dateTime`, bid.extra
 FROM nexmark WHERE event_type = 2;
@@ -67,6 +74,54 @@ fn query_sql(query: &str) -> (&'static [&'static str], String) {
             &["auction", "price"],
             sink("auction BIGINT, price BIGINT")
                 + "INSERT INTO nexmark_q2 SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0;\n",
+        ),
+        "q3" => (
+            &["name", "city", "state", "id"],
+            sink("name VARCHAR, city VARCHAR, state VARCHAR, id BIGINT")
+                + "INSERT INTO nexmark_q3
+SELECT P.name, P.city, P.state, A.id
+FROM auction AS A INNER JOIN person AS P on A.seller = P.id
+WHERE A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA');
+",
+        ),
+        // An updating result: the filesystem sink takes appends only, so Flink prints its
+        // changelog (`+I[..]`, `-U[..]`, `+U[..]`), read from its stdout.
+        "q4" => (
+            &[],
+            "CREATE TABLE nexmark_q4 (id BIGINT, final BIGINT) WITH ('connector' = 'print');
+INSERT INTO nexmark_q4
+SELECT Q.category, AVG(Q.final)
+FROM (
+    SELECT MAX(B.price) AS final, A.category
+    FROM auction A, bid B
+    WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
+    GROUP BY A.id, A.category
+) Q
+GROUP BY Q.category;
+"
+            .to_string(),
+        ),
+        "q8" => (
+            &["id", "name", "stime"],
+            sink("id BIGINT, name VARCHAR, stime TIMESTAMP(3)")
+                + "INSERT INTO nexmark_q8
+SELECT P.id, P.name, P.starttime
+FROM (
+  SELECT P.id, P.name,
+         TUMBLE_START(P.`dateTime`, INTERVAL '10' SECOND) AS starttime,
+         TUMBLE_END(P.`dateTime`, INTERVAL '10' SECOND) AS endtime
+  FROM person P
+  GROUP BY P.id, P.name, TUMBLE(P.`dateTime`, INTERVAL '10' SECOND)
+) P
+JOIN (
+  SELECT A.seller,
+         TUMBLE_START(A.`dateTime`, INTERVAL '10' SECOND) AS starttime,
+         TUMBLE_END(A.`dateTime`, INTERVAL '10' SECOND) AS endtime
+  FROM auction A
+  GROUP BY A.seller, TUMBLE(A.`dateTime`, INTERVAL '10' SECOND)
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime;
+",
         ),
         "q5" => (
             &["auction", "num"],
@@ -186,10 +241,25 @@ fn flink_rows(dir: &Path, query: &str, columns: &[&str]) -> Vec<String> {
     rows
 }
 
-fn floe_rows(dir: &Path) -> Vec<String> {
-    let mut rows = lines(dir);
-    rows.sort();
-    rows
+/// Flink's printed changelog (`2> +U[10, 123]`) as Floe writes one (`+U\t10\t123`), folded into
+/// the table it ends as.
+fn flink_printed_table(stdout: &str, query: &str) -> Vec<String> {
+    let rows = stdout
+        .lines()
+        .filter_map(|line| {
+            let line = line.split_once("> ").map_or(line, |(_, rest)| rest).trim();
+            let (op, rest) = line.split_once('[')?;
+            matches!(op, "+I" | "-U" | "+U" | "-D")
+                .then(|| format!("{op}\t{}", rest.trim_end_matches(']').replace(", ", "\t")))
+        })
+        .collect();
+    output_table(query, rows).unwrap_or_else(|e| vec![format!("BAD CHANGELOG: {e}")])
+}
+
+/// Floe's rows in the order each subtask wrote them, as the table they stand for (q4's changelog
+/// folded), sorted.
+fn floe_rows(dir: &Path, query: &str) -> Vec<String> {
+    output_table(query, lines(dir)).unwrap_or_else(|e| vec![format!("BAD CHANGELOG: {e}")])
 }
 
 fn manifest(dir: &Path, name: &str, args: &[String], parallelism: u32) -> PathBuf {
@@ -261,7 +331,7 @@ fn main() {
         );
         eprintln!("{}", out.trim());
     }
-    let bids: Vec<Bid> = floe_datastream::nexmark::bids(&NexmarkConfig::default(), events);
+    let all_events: Vec<Event> = floe_datastream::nexmark::events(&NexmarkConfig::default(), events);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/flink/flink-sql.sh");
     // Flink's fixed cost in its `wall_s` (starting the MiniCluster, planning, deploying): a
     // ten-row query in the same run, shown so the ratio can be read without it.
@@ -288,7 +358,7 @@ fn main() {
     });
     let mut table = Vec::new();
     for query in &queries {
-        let want: Option<Vec<String>> = reference(query, &bids);
+        let want: Option<Vec<String>> = reference(query, &all_events);
         let check = |got: &[String]| match &want {
             Some(w) if w.as_slice() == got => "= definition".to_string(),
             Some(w) => format!("DIFFERS ({} rows, {} expected)", got.len(), w.len()),
@@ -326,7 +396,7 @@ fn main() {
             let secs = job_seconds(&stdout, wall);
             eprintln!("floe {query} run {run}: {secs:.2} s, peak {} MiB", peak / 1024);
             floe_runs.push((secs, peak));
-            floe_got = floe_rows(&out);
+            floe_got = floe_rows(&out, query);
         }
         floe_runs.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (floe_s, floe_peak) = floe_runs[floe_runs.len() / 2];
@@ -346,21 +416,29 @@ fn main() {
             std::fs::write(&sql_path, format!("{SOURCE}\n{sql}")).expect("sql");
             let out = dir.join(format!("flink-{query}"));
             let _ = std::fs::remove_dir_all(&out);
-            let (wall, peak, stdout) = measure(
-                Command::new("bash")
-                    .arg(&script)
-                    .arg(&sql_path)
-                    .arg("streaming")
-                    .arg(parallelism.to_string())
-                    .env("EVENTS", &data)
-                    .env("OUT", &out),
-            );
+            let mut command = Command::new("bash");
+            command
+                .arg(&script)
+                .arg(&sql_path)
+                .arg("streaming")
+                .arg(parallelism.to_string())
+                .env("EVENTS", &data);
+            // A printing sink (q4) names no directory; the script's own `OUT` then holds only
+            // what Flink printed.
+            if !columns.is_empty() {
+                command.env("OUT", &out);
+            }
+            let (wall, peak, stdout) = measure(&mut command);
             let secs = stdout
                 .split_whitespace()
                 .find_map(|w| w.strip_prefix("wall_s=").and_then(|v| v.parse().ok()))
                 .unwrap_or(wall);
             eprintln!("flink {query}: {secs:.2} s, peak {} MiB", peak / 1024);
-            let got = flink_rows(&out, query, columns);
+            let got = if columns.is_empty() {
+                flink_printed_table(&stdout, query)
+            } else {
+                flink_rows(&out, query, columns)
+            };
             row.flink_s = Some(secs);
             row.flink_rss_mib = Some(peak as f64 / 1024.0);
             row.flink_ok = check(&got);

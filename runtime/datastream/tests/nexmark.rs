@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{run, temp_dir};
-use floe_datastream::nexmark::{Event, NexmarkConfig, reference};
+use floe_datastream::nexmark::{Event, NexmarkConfig, output_table, reference};
 use floe_datastream::{JobArgs, JobRegistry};
 
 const EVENTS: u64 = 1_000_000;
@@ -17,32 +17,9 @@ fn events(n: u64) -> Vec<Event> {
     floe_datastream::nexmark::events(&NexmarkConfig::default(), n)
 }
 
-/// A query's rows as a table: q4 writes a changelog (`+I`, `-U`, `+U` rows), folded here into
-/// the table it ends as; other queries' rows are the table.
+/// A query's rows as the table they stand for (q4's changelog folded).
 fn table(query: &str, rows: Vec<String>) -> Vec<String> {
-    if query != "q4" {
-        return rows;
-    }
-    let mut table: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-    for r in rows {
-        let (op, rest) = r.split_once('\t').expect("a changelog row");
-        *table.entry(rest.to_string()).or_default() += match op {
-            "+I" | "+U" => 1,
-            "-U" | "-D" => -1,
-            other => panic!("q4: unknown change {other:?}"),
-        };
-    }
-    assert!(
-        table.values().all(|n| *n == 0 || *n == 1),
-        "q4: a row retracted more than added"
-    );
-    let mut rows: Vec<String> = table
-        .into_iter()
-        .filter(|(_, n)| *n == 1)
-        .map(|(r, _)| r)
-        .collect();
-    rows.sort();
-    rows
+    output_table(query, rows).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn output(dir: &Path) -> Vec<String> {

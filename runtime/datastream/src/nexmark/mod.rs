@@ -27,7 +27,7 @@ mod reference;
 pub use generator::{BASE_TIME, FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig};
 pub use model::{Auction, Bid, Event, Person, parse_sql_timestamp, sql_timestamp};
 pub use queries::{QUERIES, nexmark_job};
-pub use reference::reference;
+pub use reference::{output_table, reference};
 
 /// The suite's watermark delay: `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`.
 pub const WATERMARK_DELAY_MS: i64 = 4_000;

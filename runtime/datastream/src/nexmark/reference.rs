@@ -219,3 +219,32 @@ pub fn reference(query: &str, events: &[Event]) -> Option<Vec<String>> {
     rows.sort();
     Some(rows)
 }
+
+/// A query's output rows as the table they stand for, sorted: q4 writes a changelog (`+I`, `-U`,
+/// `+U` and `-D` rows, the change first), folded here into the table it ends as; other queries
+/// append, and their rows are the table. An error names a row that retracts what is not there.
+pub fn output_table(query: &str, rows: Vec<String>) -> Result<Vec<String>, String> {
+    if query != "q4" {
+        let mut rows = rows;
+        rows.sort();
+        return Ok(rows);
+    }
+    let mut table: BTreeMap<String, u64> = BTreeMap::new();
+    for r in rows {
+        let (op, rest) = r
+            .split_once('\t')
+            .ok_or_else(|| format!("{query}: {r:?} is not a changelog row"))?;
+        match op {
+            "+I" | "+U" => *table.entry(rest.to_string()).or_default() += 1,
+            "-U" | "-D" => match table.get_mut(rest) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => return Err(format!("{query}: {r:?} retracts a row the table does not hold")),
+            },
+            other => return Err(format!("{query}: unknown change {other:?} in {r:?}")),
+        }
+    }
+    Ok(table
+        .into_iter()
+        .flat_map(|(r, n)| std::iter::repeat_n(r, n as usize))
+        .collect())
+}
