@@ -176,8 +176,9 @@ fn windows_rescale_while_running(backend: &str) -> Result<(), Failed> {
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
     });
     assert_eq!(done["state"], "FINISHED", "{done}");
-    let bids = floe_datastream::nexmark::bids(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
-    let want = floe_datastream::nexmark::reference("q11", &bids).unwrap();
+    let events =
+        floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
     let mut got: Vec<String> = std::fs::read_dir(&output)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -507,8 +507,9 @@ fn windows_stop_without_drain_and_resume() -> Result<(), Failed> {
         .unwrap();
         path
     };
-    let bids = floe_datastream::nexmark::bids(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
-    let want = floe_datastream::nexmark::reference("q11", &bids).unwrap();
+    let events =
+        floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
     let committed = || -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(&output) else {
             return Vec::new();

@@ -45,7 +45,7 @@ struct Split(OutputTag<String>);
 
 impl ProcessFunction<u64, u64> for Split {
     fn process_element(&self, n: u64, ctx: &mut ProcessContext<'_>, out: &mut dyn Collector<u64>) {
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             out.collect(n)
         } else {
             ctx.output(&self.0, format!("odd {n}"))
@@ -143,7 +143,7 @@ fn timestamp(n: u64) -> i64 {
 }
 
 fn is_late(n: u64) -> bool {
-    n >= 16_384 && n % 7 == 0
+    n >= 16_384 && n.is_multiple_of(7)
 }
 
 #[tokio::test]
@@ -161,7 +161,7 @@ async fn a_window_sends_late_elements_to_its_side_output_instead_of_dropping_the
         .set_parallelism(1)
         .map(|n: u64| {
             // A batch takes at least 16 ms, so the watermark moves on between batches.
-            if n % 1_024 == 0 {
+            if n.is_multiple_of(1_024) {
                 std::thread::sleep(Duration::from_millis(4));
             }
             (n % 3, timestamp(n))

@@ -128,7 +128,7 @@ async fn connected_streams_co_map_and_co_flat_map_each_input_with_its_own_functi
         .map(|n: u64| format!("n{n}"), |w: String| format!("s{w}"));
     let flat = numbers.connect(&words).flat_map(
         |n: u64, out: &mut dyn Collector<String>| {
-            if n % 2 == 0 {
+            if n.is_multiple_of(2) {
                 out.collect(format!("even{n}"));
                 out.collect(format!("again{n}"));
             }
@@ -229,15 +229,12 @@ fn right(m: u64) -> (u64, i64) {
     (m % KEYS, (m * 7 + 3) as i64)
 }
 
+type Timed = floe_datastream::DataStream<(u64, i64)>;
+
 /// Both inputs timed by their second field; each source subtask reads a contiguous range, so
 /// the subtasks' event times are far apart and only the minimum over all channels of both inputs
 /// keeps the join from dropping or cleaning up too early.
-fn timed_inputs(
-    env: &StreamExecutionEnvironment,
-) -> (
-    floe_datastream::DataStream<(u64, i64)>,
-    floe_datastream::DataStream<(u64, i64)>,
-) {
+fn timed_inputs(env: &StreamExecutionEnvironment) -> (Timed, Timed) {
     let strategy =
         || WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|e: &(u64, i64), _| e.1);
     let l = env

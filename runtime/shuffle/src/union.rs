@@ -166,9 +166,12 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
 
-    /// A gate over a script that the test extends while the union runs.
+    /// What a scripted gate yields next, extended by the test while the union runs.
+    type Script = Arc<Mutex<VecDeque<Option<GateItem>>>>;
+
+    /// A gate over a script.
     struct Scripted {
-        items: Arc<Mutex<VecDeque<Option<GateItem>>>>,
+        items: Script,
         channels: usize,
     }
 
@@ -194,7 +197,7 @@ mod tests {
         })
     }
 
-    fn gate(channels: usize) -> (Arc<Mutex<VecDeque<Option<GateItem>>>>, Box<dyn InputGate>) {
+    fn gate(channels: usize) -> (Script, Box<dyn InputGate>) {
         let items = Arc::new(Mutex::new(VecDeque::new()));
         (
             items.clone(),

@@ -88,16 +88,6 @@ pub fn events(config: &NexmarkConfig, events: u64) -> Vec<Event> {
     (0..events).map(|n| config.event(n)).collect()
 }
 
-/// The bids among events `0..events`.
-pub fn bids(config: &NexmarkConfig, events: u64) -> Vec<Bid> {
-    (0..events)
-        .filter_map(|n| match config.event(n) {
-            Event::Bid(b) => Some(b),
-            _ => None,
-        })
-        .collect()
-}
-
 impl StreamExecutionEnvironment {
     /// Nexmark events `0..events` (`None`: unbounded) with timestamps and the suite's watermarks,
     /// at `rate` events per second of wall-clock time for the whole source (`None`: as fast as

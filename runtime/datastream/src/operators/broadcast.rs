@@ -148,24 +148,20 @@ pub(crate) struct KeyedBroadcastOp<K, I, B: 'static, O, F: KeyedBroadcastProcess
     pub broadcast: Shared<F::Key, F::Value>,
 }
 
-type KeyedSideOp<K, I, B, O, F> = KeyedProcessOperator<
-    I,
-    K,
-    O,
-    KeyedSide<
-        F,
-        B,
-        <F as KeyedBroadcastProcessFunction<K, I, B, O>>::Key,
-        <F as KeyedBroadcastProcessFunction<K, I, B, O>>::Value,
-    >,
+/// The keyed input's function with the broadcast state it reads.
+type SideOf<K, I, B, O, F> = KeyedSide<
+    F,
+    B,
+    <F as KeyedBroadcastProcessFunction<K, I, B, O>>::Key,
+    <F as KeyedBroadcastProcessFunction<K, I, B, O>>::Value,
 >;
 
 /// The keyed input's operator: STREAMING, or BATCH sorted by key, which keeps the keyed
 /// elements until the end, so every broadcast element is seen before any of them (as Flink
 /// processes the broadcast side first in BATCH).
 pub(crate) enum KeyedInner<K, I, B: 'static, O, F: KeyedBroadcastProcessFunction<K, I, B, O>> {
-    Streaming(KeyedSideOp<K, I, B, O, F>),
-    Batch(SortedKeyedProcess<I, K, O, KeyedSide<F, B, F::Key, F::Value>>),
+    Streaming(KeyedProcessOperator<I, K, O, SideOf<K, I, B, O, F>>),
+    Batch(SortedKeyedProcess<I, K, O, SideOf<K, I, B, O, F>>),
 }
 
 impl<K, I, B, O, F> KeyedInner<K, I, B, O, F>
