@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{arg, measure};
+use common::{arg, job_seconds, manifest, measure};
 use floe_datastream::nexmark::{Event, NexmarkConfig, output_table, parse_sql_timestamp, reference};
 
 const FLOE: &str = env!("CARGO_BIN_EXE_floe");
@@ -262,25 +262,6 @@ fn floe_rows(dir: &Path, query: &str) -> Vec<String> {
     output_table(query, lines(dir)).unwrap_or_else(|e| vec![format!("BAD CHANGELOG: {e}")])
 }
 
-fn manifest(dir: &Path, name: &str, args: &[String], parallelism: u32) -> PathBuf {
-    let text = format!(
-        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: {name} }}\nspec:\n  job:\n    name: nexmark\n    args: {}\n    parallelism: {parallelism}\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: {parallelism} }}\n",
-        serde_json::to_string(args).expect("args")
-    );
-    let path = dir.join(format!("{name}.yaml"));
-    std::fs::write(&path, text).expect("manifest");
-    path
-}
-
-/// The job's own time from `floe run`'s summary (`FINISHED in 1.23s`), else the wall time.
-fn job_seconds(out: &str, wall: f64) -> f64 {
-    out.split("FINISHED in ")
-        .nth(1)
-        .and_then(|rest| rest.split('s').next())
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(wall)
-}
-
 struct Row {
     query: String,
     rows: usize,
@@ -321,7 +302,7 @@ fn main() {
             .into_iter()
             .chain([data.display().to_string()])
             .collect();
-        let m = manifest(&dir, "export", &args, parallelism);
+        let m = manifest(&dir, "export", "nexmark", &args, parallelism, &[]);
         let (_, _, out) = measure(
             Command::new(FLOE)
                 .args(["run", "-f"])
@@ -385,7 +366,14 @@ fn main() {
             ]
             .map(String::from)
             .to_vec();
-            let m = manifest(&dir, &format!("floe-{query}"), &job_args, parallelism);
+            let m = manifest(
+                &dir,
+                &format!("floe-{query}"),
+                "nexmark",
+                &job_args,
+                parallelism,
+                &[],
+            );
             let (wall, peak, stdout) = measure(
                 Command::new(FLOE)
                     .args(["run", "-f"])

@@ -17,6 +17,7 @@ mod error;
 mod graph;
 mod io;
 mod jobs;
+mod latency;
 pub mod nexmark;
 mod operators;
 mod pace;
@@ -37,6 +38,7 @@ pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
 pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
+pub use latency::LatencyHistogram;
 pub use operators::window::{
     AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,
     CountTrigger, EventTimeSessionWindows, EventTimeTrigger, Evictor, GlobalWindows, NeverTrigger,

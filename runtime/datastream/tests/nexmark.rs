@@ -139,3 +139,63 @@ async fn q12_counts_bids_in_processing_time_windows() {
         assert_eq!(f[2].rem_euclid(10_000), 0, "aligned to the epoch: {r}");
     }
 }
+
+/// The latency benchmark's job: q1's rows reach the latency sink through an exchange, and its
+/// histograms count every row (no warm-up here) with a latency far below the run's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q1_latency_counts_every_row_from_its_making() {
+    let out = temp_dir("nexmark-latency");
+    let url = format!("file://{}", out.display());
+    let args = [
+        "--query",
+        "q1",
+        "--events",
+        "20000",
+        "--rate",
+        "20000",
+        "--latency-output",
+        &url,
+        "--latency-warmup-s",
+        "0",
+    ];
+    run_nexmark(
+        &args,
+        &[("parallelism.default", "2"), ("execution.buffer-timeout", "1")],
+    )
+    .await;
+    let mut histogram = floe_datastream::LatencyHistogram::default();
+    for e in std::fs::read_dir(&out).expect("output") {
+        let text = std::fs::read_to_string(e.expect("entry").path()).expect("read");
+        histogram.add_text(&text).expect("a histogram");
+    }
+    let bids = events(20_000)
+        .iter()
+        .filter(|e| matches!(e, Event::Bid(_)))
+        .count() as u64;
+    assert_eq!(histogram.count(), bids);
+    assert!(
+        histogram.quantile_us(0.5) < 500_000,
+        "p50 {} µs",
+        histogram.quantile_us(0.5)
+    );
+}
+
+#[test]
+fn the_latency_output_is_refused_where_it_cannot_measure() {
+    let build = |args: &[&str]| {
+        JobRegistry::builtin()
+            .build(&JobArgs {
+                name: "nexmark".into(),
+                args: args.iter().map(|a| a.to_string()).collect(),
+                configuration: Default::default(),
+            })
+            .expect_err("refused")
+            .to_string()
+    };
+    let e = build(&["--query", "q1", "--latency-output", "/tmp/x"]);
+    assert!(e.contains("--latency-output") && e.contains("give --rate"), "{e}");
+    let e = build(&["--query", "q5", "--rate", "10", "--latency-output", "/tmp/x"]);
+    assert!(e.contains("q0, q1 and q2") && e.contains("\"q5\""), "{e}");
+    let e = build(&["--query", "q1"]);
+    assert!(e.contains("--output") && e.contains("missing"), "{e}");
+}

@@ -83,3 +83,40 @@ pub fn measure(cmd: &mut Command) -> (f64, u64, String) {
         reader.join().unwrap_or_default(),
     )
 }
+
+/// A `FlinkJob` manifest for `floe run -f`: job `job` with `args` at `parallelism` (one
+/// TaskManager with a slot per subtask), STREAMING, with `configuration`.
+pub fn manifest(
+    dir: &std::path::Path,
+    name: &str,
+    job: &str,
+    args: &[String],
+    parallelism: u32,
+    configuration: &[(&str, &str)],
+) -> std::path::PathBuf {
+    let mut text = format!(
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: {name} }}\nspec:\n  job:\n    name: {job}\n    args: {}\n    parallelism: {parallelism}\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: {parallelism} }}\n",
+        serde_json::to_string(args).expect("args")
+    );
+    if !configuration.is_empty() {
+        text.push_str("  configuration:\n");
+        for (k, v) in configuration {
+            text.push_str(&format!(
+                "    {k}: {}\n",
+                serde_json::to_string(v).expect("value")
+            ));
+        }
+    }
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).expect("manifest");
+    path
+}
+
+/// The job's own time from `floe run`'s summary (`FINISHED in 1.23s`), else the wall time.
+pub fn job_seconds(out: &str, wall: f64) -> f64 {
+    out.split("FINISHED in ")
+        .nth(1)
+        .and_then(|rest| rest.split('s').next())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(wall)
+}

@@ -745,7 +745,7 @@ impl<T: Data> DataStream<T> {
         self
     }
 
-    fn add_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
+    pub(crate) fn add_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
         let node = push_node(
             &self.shared,
             StreamNode {

@@ -41,16 +41,19 @@ pub(crate) struct NexmarkSource {
     /// The time of the last event made: later ones of this split are no earlier.
     last: Option<i64>,
     metrics: Arc<TaskMetrics>,
+    /// The latency benchmark: each event's stream timestamp is the wall-clock µs it was made
+    /// (its `dateTime` stays the model's).
+    wall_clock: bool,
 }
 
 #[async_trait]
 impl Source<Event> for NexmarkSource {
     async fn produce(&mut self, out: &mut dyn Op<Event>) -> Result<bool> {
-        let (config, time, last) = (&self.config, &self.time, &mut self.last);
+        let (config, time, last, wall_clock) = (&self.config, &self.time, &mut self.last, self.wall_clock);
         let make = |n| {
             let event = config.event(n);
             let ts = event.date_time();
-            time.set_timestamp(ts);
+            time.set_timestamp(if wall_clock { crate::latency::now_us() } else { ts });
             *last = Some(ts);
             out.collect(event);
         };
@@ -99,6 +102,18 @@ impl StreamExecutionEnvironment {
         events: Option<u64>,
         rate: Option<f64>,
     ) -> DataStream<Event> {
+        self.nexmark_source_with(config, events, rate, false)
+    }
+
+    /// [`Self::nexmark_source`]; `wall_clock`: each event's stream timestamp is the wall-clock
+    /// µs it was made at (for the latency sink; only stateless queries).
+    pub(crate) fn nexmark_source_with(
+        &self,
+        config: NexmarkConfig,
+        events: Option<u64>,
+        rate: Option<f64>,
+        wall_clock: bool,
+    ) -> DataStream<Event> {
         let config = Arc::new(config);
         self.timed_source("Source: Nexmark", move |ctx, time| {
             let p = f64::from(ctx.parallelism.max(1));
@@ -109,6 +124,7 @@ impl StreamExecutionEnvironment {
                 time,
                 last: None,
                 metrics: ctx.metrics.clone(),
+                wall_clock,
             }
         })
     }
@@ -131,6 +147,7 @@ mod tests {
             time: time.clone(),
             last: None,
             metrics: Arc::default(),
+            wall_clock: false,
         };
         assert_eq!(source.watermark(), Some(config.timestamp(1) - 4_001));
         let mut sink = TimedSink::new(time);

@@ -316,6 +316,43 @@ impl KeyedProcessFunction<i64, (i64, BidRow), BidRow> for Highest {
     }
 }
 
+fn q0(events: &DataStream<Event>) -> DataStream<BidRow> {
+    bids(events).map(bid_row).name("q0")
+}
+
+/// q1's rows: the bid with its price in euros.
+type Q1Row = (u64, (u64, (String, (i64, String))));
+
+fn q1(events: &DataStream<Event>) -> DataStream<Q1Row> {
+    bids(events)
+        .map(|b: Bid| (b.auction, (b.bidder, (euros(b.price), (b.date_time, b.extra)))))
+        .name("q1")
+}
+
+fn q2(events: &DataStream<Event>) -> DataStream<(u64, u64)> {
+    bids(events)
+        .filter(|b: &Bid| b.auction.is_multiple_of(123))
+        .map(|b: Bid| (b.auction, b.price))
+        .name("q2")
+}
+
+/// The latency benchmark's form of a stateless query: its rows cross one exchange (round robin)
+/// into the latency sink, which keeps each row's latency from its event's making.
+fn latency_query(events: DataStream<Event>, query: &str, output: &str, warmup: Duration) -> Result<()> {
+    match query {
+        "q0" => q0(&events).rebalance().sink_latency(output, warmup),
+        "q1" => q1(&events).rebalance().sink_latency(output, warmup),
+        "q2" => q2(&events).rebalance().sink_latency(output, warmup),
+        other => {
+            return Err(Error::argument(
+                "--latency-output",
+                format!("measures the stateless queries q0, q1 and q2, not {other:?}"),
+            ));
+        }
+    };
+    Ok(())
+}
+
 /// Builds query `query` over `events`, writing to `output`.
 fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
     let secs = Duration::from_secs;
@@ -327,20 +364,13 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
             bids(&events).map(bid_row).sink_to_file(output);
         }
         "q0" => {
-            bids(&events).map(bid_row).name("q0").sink_to_file(output);
+            q0(&events).sink_to_file(output);
         }
         "q1" => {
-            bids(&events)
-                .map(|b: Bid| (b.auction, (b.bidder, (euros(b.price), (b.date_time, b.extra)))))
-                .name("q1")
-                .sink_to_file(output);
+            q1(&events).sink_to_file(output);
         }
         "q2" => {
-            bids(&events)
-                .filter(|b: &Bid| b.auction.is_multiple_of(123))
-                .map(|b: Bid| (b.auction, b.price))
-                .name("q2")
-                .sink_to_file(output);
+            q2(&events).sink_to_file(output);
         }
         "q3" => {
             let auctions = auctions(&events).filter(|a: &Auction| a.category == 10);
@@ -428,14 +458,24 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
 pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let a = parse_args(
         args,
-        &["query", "output", "events", "rate", "seed", "event-rate", "input"],
-        &["query", "output"],
+        &[
+            "query",
+            "output",
+            "events",
+            "rate",
+            "seed",
+            "event-rate",
+            "input",
+            "latency-output",
+            "latency-warmup-s",
+        ],
+        &["query"],
     )?;
-    crate::jobs::location_args(&a, &["output", "input"])?;
+    crate::jobs::location_args(&a, &["output", "input", "latency-output"])?;
     let number = |key: &str| -> Result<Option<u64>> {
         a.get(key)
             .map(|v| match v.parse::<u64>() {
-                Ok(n) if n > 0 || key == "seed" => Ok(n),
+                Ok(n) if n > 0 || matches!(key, "seed" | "latency-warmup-s") => Ok(n),
                 _ => Err(Error::argument(
                     &format!("--{key}"),
                     format!("expected a positive integer, got {v:?}"),
@@ -443,6 +483,14 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             })
             .transpose()
     };
+    // The latency benchmark: rate-limited generated events, timestamped with the wall clock.
+    let latency = a.get("latency-output");
+    if latency.is_some() && (a.contains_key("input") || !a.contains_key("rate")) {
+        return Err(Error::argument(
+            "--latency-output",
+            "measures generated events at a fixed rate: give --rate, and no --input",
+        ));
+    }
     let config = NexmarkConfig {
         seed: number("seed")?.unwrap_or(0),
         event_rate: number("event-rate")?.unwrap_or(10_000),
@@ -464,8 +512,25 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
                 .name("Parse")
                 .assign_timestamps_and_watermarks(strategy)
         }
-        None => env.nexmark_source(config, number("events")?, number("rate")?.map(|r| r as f64)),
+        None => env.nexmark_source_with(
+            config,
+            number("events")?,
+            number("rate")?.map(|r| r as f64),
+            latency.is_some(),
+        ),
     };
-    query(events, &a["query"], &a["output"])?;
+    match (latency, a.get("output")) {
+        (Some(url), _) => {
+            let warmup = Duration::from_secs(number("latency-warmup-s")?.unwrap_or(2));
+            latency_query(events, &a["query"], url, warmup)?
+        }
+        (None, Some(output)) => query(events, &a["query"], output)?,
+        (None, None) => {
+            return Err(Error::argument(
+                "--output",
+                "missing: where the query's rows go (or --latency-output for the latency benchmark)",
+            ));
+        }
+    }
     Ok(())
 }
