@@ -25,6 +25,7 @@ mod state;
 mod task;
 mod time;
 mod types;
+mod writer;
 
 pub use api::{
     BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
