@@ -1,0 +1,490 @@
+//! Sinks: the part-file sink (exactly-once with checkpoints) and stdout.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::data::Data;
+use crate::error::{Error, Result};
+use crate::operators::{BoxOp, Chunk, Collector, Op, Target};
+use crate::types::TaskMetrics;
+
+use super::*;
+
+/// The synchronous end of a sink: formats records as text lines into chunks for the async side.
+pub(crate) struct SinkOp<T> {
+    pub prefix: Vec<u8>,
+    pub buffer: Vec<u8>,
+    /// Hand the buffer on once it holds this many bytes (0: at every drain).
+    pub threshold: usize,
+    pub pending: Vec<Chunk>,
+    pub count: u64,
+    pub metrics: Arc<TaskMetrics>,
+    pub _t: std::marker::PhantomData<fn(T)>,
+}
+
+impl<T: Data> Collector<T> for SinkOp<T> {
+    fn collect(&mut self, record: T) {
+        self.write(&record)
+    }
+}
+
+impl<T: Data> SinkOp<T> {
+    /// A new buffer starts at full size (plus room for the line that crosses the threshold):
+    /// growing it by doubling copied every byte again.
+    fn next_capacity(&self) -> usize {
+        if self.threshold == 0 {
+            0
+        } else {
+            self.threshold + 256
+        }
+    }
+
+    fn write(&mut self, record: &T) {
+        if !self.prefix.is_empty() {
+            self.buffer.extend_from_slice(&self.prefix);
+        }
+        record.write_text(&mut self.buffer);
+        self.buffer.push(b'\n');
+        self.count += 1;
+        if self.threshold > 0 && self.buffer.len() >= self.threshold {
+            let next = Vec::with_capacity(self.next_capacity());
+            self.pending.push(Chunk {
+                target: Target::Sink,
+                subpartition: 0,
+                bytes: Bytes::from(std::mem::replace(&mut self.buffer, next)),
+            });
+        }
+    }
+}
+
+impl<T: Data> Op<T> for SinkOp<T> {
+    fn takes_reused(&self) -> bool {
+        true
+    }
+
+    fn collect_reused(&mut self, record: &mut T) {
+        self.write(record)
+    }
+
+    fn finish(&mut self) {}
+
+    fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
+        if (flush || self.threshold == 0) && !self.buffer.is_empty() {
+            let next = Vec::with_capacity(self.next_capacity());
+            self.pending.push(Chunk {
+                target: Target::Sink,
+                subpartition: 0,
+                bytes: Bytes::from(std::mem::replace(&mut self.buffer, next)),
+            });
+        }
+        out.append(&mut self.pending);
+        self.metrics.add_out(std::mem::take(&mut self.count));
+    }
+
+    crate::operators::tail_checkpoint!();
+}
+
+pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
+    let mut op = SinkOp::<T> {
+        prefix,
+        buffer: Vec::new(),
+        threshold,
+        pending: Vec::new(),
+        count: 0,
+        metrics,
+        _t: std::marker::PhantomData,
+    };
+    op.buffer.reserve(op.next_capacity());
+    Box::new(op)
+}
+
+/// The asynchronous end of a sink: the writer and committer of the unified sink model (seed 000).
+#[async_trait]
+pub(crate) trait SinkIo: Send {
+    async fn write(&mut self, bytes: Bytes) -> Result<()>;
+    /// A checkpoint barrier: close what was written since the last one as pending commit and say
+    /// what the committer needs after a restore.
+    async fn pre_commit(&mut self, _checkpoint: u64) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// Checkpoint `checkpoint` completed: commit what it covers.
+    async fn commit(&mut self, _checkpoint: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Makes the output visible (commit); only called after all input was processed.
+    async fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// What a checkpointing file sink records per checkpoint: the parts written up to the barrier
+/// (pending commit), by name, and the number of the next part.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct FileSinkState {
+    /// File names (in the sink's directory) of the parts pending commit, without the leading `.`
+    /// and `.inprogress` of their in-progress names.
+    pub pending: Vec<String>,
+    pub next_part: u64,
+    /// The lineage the parts are numbered in (their `part-{lineage}-` prefix): the subtask index,
+    /// or `{subtask}c{checkpoint}` for a subtask a rescale from that checkpoint added. Numbers
+    /// are unique within a lineage, so a restore deletes exactly its lineage's parts after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<String>,
+    /// Lineages this sink took over from other subtasks in a rescale and numbers no parts in: their
+    /// abandoned in-progress parts (of attempts a rescale cancelled) are its to remove at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taken_over: Vec<String>,
+}
+
+/// `sink_to_file`. Without checkpointing: `.part-{subtask}-{attempt}.inprogress`, renamed to
+/// `part-{subtask}` on success. With checkpointing: one part per checkpoint interval,
+/// `.part-{subtask}-{n}-{writer}.inprogress`, renamed to `part-{subtask}-{n}-{writer}` when the
+/// checkpoint covering it completes (or at end of input). `{writer}` is unique to this sink
+/// instance (Flink's part-file UUID): two attempts of one subtask (one of them on a TaskManager
+/// declared lost that still runs) never write, rename or delete each other's objects, and a commit
+/// renames exactly the files its checkpoint recorded.
+pub(crate) struct FileSinkIo {
+    url: String,
+    conf: BTreeMap<String, String>,
+    subtask: u32,
+    attempt: u64,
+    checkpointing: bool,
+    /// Names this instance's parts apart from every other writer's.
+    writer_id: String,
+    /// Checkpointing: the states this sink resumes from (`None`: started fresh; several after a
+    /// rescale; none: a subtask the rescale added).
+    restore: Option<(u64, Vec<FileSinkState>)>,
+    /// Prefix of this sink's committed parts (see [`FileSinkState::lineage`]).
+    lineage: String,
+    /// Lineages whose parts this sink took over (its own included): their abandoned in-progress
+    /// parts are its to remove at the end.
+    lineages: Vec<String>,
+    started: bool,
+    /// Parts closed at a barrier, by the checkpoint that covers them, with their names.
+    pending: Vec<(u64, String)>,
+    next_part: u64,
+    open: Option<(Location, String, opendal::Writer)>,
+}
+
+impl std::fmt::Debug for FileSinkIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileSinkIo")
+            .field("url", &self.url)
+            .field("subtask", &self.subtask)
+            .field("attempt", &self.attempt)
+            .field("writer_id", &self.writer_id)
+            .field("next_part", &self.next_part)
+            .finish()
+    }
+}
+
+async fn rename(loc: &Location, from: &str, to: &str) -> Result<()> {
+    if loc.op.info().capability().rename {
+        loc.op.rename(from, to).await.map_err(|e| Error::storage(to, e))
+    } else {
+        loc.op.copy(from, to).await.map_err(|e| Error::storage(to, e))?;
+        loc.op.delete(from).await.map_err(|e| Error::storage(from, e))
+    }
+}
+
+/// The part number of `name` if it is a committed part of `lineage` written by a checkpointing
+/// sink (`part-{lineage}-{n}-{writer}`).
+fn committed_part_number(name: &str, lineage: &str) -> Option<u64> {
+    let rest = name.strip_prefix(&format!("part-{lineage}-"))?;
+    let (n, writer) = rest.split_once('-')?;
+    if writer.is_empty() {
+        return None;
+    }
+    n.parse().ok()
+}
+
+impl FileSinkIo {
+    pub(crate) fn new(url: String, ctx: &crate::operators::OpContext) -> Self {
+        let restore = ctx.restore.as_ref().map(|r| {
+            let states = r
+                .sinks
+                .iter()
+                .map(|s| {
+                    serde_json::from_str::<FileSinkState>(s).unwrap_or_else(|e| {
+                        tracing::warn!(
+                            "file sink state {s:?} unreadable ({e}): nothing pending taken from it"
+                        );
+                        FileSinkState::default()
+                    })
+                })
+                .collect();
+            (r.checkpoint, states)
+        });
+        FileSinkIo {
+            url,
+            conf: ctx.configuration.clone(),
+            subtask: ctx.subtask,
+            attempt: ctx.attempt,
+            checkpointing: ctx.checkpointing,
+            writer_id: uuid::Uuid::new_v4().simple().to_string(),
+            restore,
+            lineage: ctx.subtask.to_string(),
+            lineages: Vec::new(),
+            started: false,
+            pending: Vec::new(),
+            next_part: 0,
+            open: None,
+        }
+    }
+
+    fn dir(loc: &Location) -> String {
+        loc.path.trim_end_matches('/').to_string()
+    }
+
+    /// The committed name of this writer's part `part` (checkpointing).
+    fn part_name(&self, part: u64) -> String {
+        format!("part-{}-{part}-{}", self.lineage, self.writer_id)
+    }
+
+    fn in_progress_of(dir: &str, name: &str) -> String {
+        format!("{dir}/.{name}.inprogress")
+    }
+
+    /// Before the first write: refuse a file where the directory goes; with checkpointing, also
+    /// bring the directory to the restored checkpoint (or
+    /// to nothing): commit the parts it left pending (its completion may not have reached this
+    /// sink), and delete this subtask's committed parts numbered from its `next_part` on (committed
+    /// after it, at an end of input). In-progress parts of other writers are left alone: they are
+    /// hidden (no reader lists them), and one may belong to an attempt still running whose data
+    /// must not be lost.
+    async fn start(&mut self) -> Result<()> {
+        if self.started {
+            return Ok(());
+        }
+        self.started = true;
+        let loc = locate(&self.url, &self.conf)?;
+        let dir = Self::dir(&loc);
+        // Once per sink, before its first part: a file where the parts would go is an error that
+        // names the output, not one write failure per attempt.
+        if let Ok(meta) = loc.op.stat(&dir).await
+            && meta.is_file()
+        {
+            return Err(Error::OutputIsAFile {
+                url: self.url.clone(),
+            });
+        }
+        if !self.checkpointing {
+            return Ok(());
+        }
+        // (lineage, its pending parts, the first part number the restored checkpoint does not
+        // cover) of every state taken over; this sink numbers on in the first one's lineage.
+        let own = self.subtask.to_string();
+        let mut inherited = Vec::new();
+        let taken: Vec<(String, Vec<String>, u64)> = match self.restore.take() {
+            // A fresh start: this subtask's earlier parts are not part of this run.
+            None => vec![(own, Vec::new(), 0)],
+            // A subtask a rescale from checkpoint `c` added: a lineage of its own; parts in it are
+            // from an earlier attempt after that same checkpoint.
+            Some((c, states)) if states.is_empty() => vec![(format!("{own}c{c}"), Vec::new(), 0)],
+            Some((_, states)) => states
+                .into_iter()
+                .map(|st| {
+                    inherited.extend(st.taken_over);
+                    (
+                        st.lineage.unwrap_or_else(|| own.clone()),
+                        st.pending,
+                        st.next_part,
+                    )
+                })
+                .collect(),
+        };
+        for (_, pending, _) in &taken {
+            for name in pending {
+                let (from, to) = (Self::in_progress_of(&dir, name), format!("{dir}/{name}"));
+                if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
+                    rename(&loc, &from, &to).await?;
+                }
+            }
+        }
+        let entries = match loc.op.list(&format!("{dir}/")).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Error::storage(&self.url, e)),
+        };
+        for entry in entries {
+            let name = entry.name().trim_end_matches('/');
+            let stale = taken.iter().any(|(lineage, _, next_part)| {
+                committed_part_number(name, lineage).is_some_and(|n| n >= *next_part)
+            });
+            if stale {
+                let path = format!("{dir}/{name}");
+                tracing::info!(path, "removing a part the restored checkpoint does not cover");
+                loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
+            }
+        }
+        self.lineages = taken.iter().map(|(l, _, _)| l.clone()).collect();
+        for l in inherited {
+            if !self.lineages.contains(&l) {
+                self.lineages.push(l);
+            }
+        }
+        let (lineage, _, next_part) = taken.into_iter().next().unwrap_or_default();
+        self.lineage = lineage;
+        self.next_part = next_part;
+        Ok(())
+    }
+
+    async fn writer(&mut self) -> Result<&mut opendal::Writer> {
+        self.start().await?;
+        if self.open.is_none() {
+            let loc = locate(&self.url, &self.conf)?;
+            let dir = Self::dir(&loc);
+            let tmp = if self.checkpointing {
+                Self::in_progress_of(&dir, &self.part_name(self.next_part))
+            } else {
+                format!("{dir}/.part-{}-{}.inprogress", self.subtask, self.attempt)
+            };
+            let w = loc.op.writer(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
+            self.open = Some((loc, tmp, w));
+        }
+        match self.open.as_mut() {
+            Some((_, _, w)) => Ok(w),
+            None => Err(Error::Graph("sink writer not open".into())),
+        }
+    }
+
+    /// Closes the open part (if any) and returns its committed name.
+    async fn close_part(&mut self) -> Result<Option<String>> {
+        let Some((_, tmp, mut w)) = self.open.take() else {
+            return Ok(None);
+        };
+        w.close().await.map_err(|e| Error::storage(&tmp, e))?;
+        let name = self.part_name(self.next_part);
+        self.next_part += 1;
+        Ok(Some(name))
+    }
+
+    /// End of input, after this writer committed everything: this subtask's in-progress parts of
+    /// other writers (attempts that failed or were cancelled, whose names never repeat) will never
+    /// be committed; they go now. Not earlier: while the job runs, one of them may belong to an
+    /// attempt still writing.
+    async fn remove_abandoned_parts(&self) -> Result<()> {
+        let loc = locate(&self.url, &self.conf)?;
+        let dir = Self::dir(&loc);
+        let entries = match loc.op.list(&format!("{dir}/")).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::storage(&self.url, e)),
+        };
+        let mut mine: Vec<String> = self.lineages.iter().map(|l| format!(".part-{l}-")).collect();
+        if mine.is_empty() {
+            mine.push(format!(".part-{}-", self.subtask));
+        }
+        for entry in entries {
+            let name = entry.name().trim_end_matches('/');
+            // Everything of this writer is committed by now: what is left is someone else's.
+            let abandoned = mine.iter().any(|m| {
+                name.strip_prefix(m.as_str())
+                    .is_some_and(|rest| rest.ends_with(".inprogress"))
+            });
+            if abandoned {
+                let path = format!("{dir}/{name}");
+                loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn commit_parts(&mut self, up_to: u64) -> Result<()> {
+        let (ready, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|(c, _)| *c <= up_to);
+        self.pending = later;
+        if ready.is_empty() {
+            return Ok(());
+        }
+        let loc = locate(&self.url, &self.conf)?;
+        let dir = Self::dir(&loc);
+        for (_, name) in ready {
+            rename(&loc, &Self::in_progress_of(&dir, &name), &format!("{dir}/{name}")).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SinkIo for FileSinkIo {
+    async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        let url = self.url.clone();
+        self.writer()
+            .await?
+            .write(bytes)
+            .await
+            .map_err(|e| Error::storage(&url, e))
+    }
+
+    async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<String>> {
+        self.start().await?;
+        if let Some(name) = self.close_part().await? {
+            self.pending.push((checkpoint, name));
+        }
+        let state = FileSinkState {
+            pending: self.pending.iter().map(|(_, name)| name.clone()).collect(),
+            next_part: self.next_part,
+            lineage: Some(self.lineage.clone()),
+            taken_over: self
+                .lineages
+                .iter()
+                .filter(|l| **l != self.lineage)
+                .cloned()
+                .collect(),
+        };
+        Ok(Some(serde_json::to_string(&state).unwrap_or_default()))
+    }
+
+    async fn commit(&mut self, checkpoint: u64) -> Result<()> {
+        self.commit_parts(checkpoint).await
+    }
+
+    async fn close(mut self: Box<Self>) -> Result<()> {
+        if self.checkpointing {
+            // End of input. Its sources finished only after their final checkpoint completed, so
+            // what is pending belongs to completed checkpoints. Data written after the last
+            // barrier is not covered by any checkpoint: committed too, with a warning (an
+            // operator that emits at end of input; a later restore removes it again, see `start`).
+            self.start().await?;
+            if let Some(name) = self.close_part().await? {
+                tracing::warn!(
+                    part = name,
+                    "a part written after the last checkpoint barrier is committed at end of input, outside a checkpoint"
+                );
+                self.pending.push((u64::MAX, name));
+            }
+            self.commit_parts(u64::MAX).await?;
+            return self.remove_abandoned_parts().await;
+        }
+        self.writer().await?;
+        let Some((loc, tmp, mut w)) = self.open.take() else {
+            return Ok(());
+        };
+        w.close().await.map_err(|e| Error::storage(&tmp, e))?;
+        let fin = format!("{}/part-{}", Self::dir(&loc), self.subtask);
+        rename(&loc, &tmp, &fin).await?;
+        self.remove_abandoned_parts().await
+    }
+}
+
+/// `print`: lines to stdout.
+#[derive(Debug)]
+pub(crate) struct PrintIo;
+
+#[async_trait]
+impl SinkIo for PrintIo {
+    async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut out = tokio::io::stdout();
+        out.write_all(&bytes).await?;
+        out.flush().await?;
+        Ok(())
+    }
+
+    async fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
