@@ -44,8 +44,9 @@ pub use operators::window::{
     AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,
     CountTrigger, EventTimeSessionWindows, EventTimeTrigger, Evictor, GlobalWindows, NeverTrigger,
     ProcessWindowFunction, ProcessingTimeSessionWindows, ProcessingTimeTrigger, PurgingTrigger,
-    SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger,
-    TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner, WindowContext,
+    SlidingEventTimeWindows, SlidingProcessingTimeWindows, TimeEvictor, TimeWindow, Trigger, TriggerContext,
+    TriggerResult, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner, WindowContext,
+    WindowTrigger,
 };
 pub use operators::{
     BroadcastProcessFunction, Collector, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,

@@ -174,11 +174,18 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     fn apply<O: Data, W: WindowFn<K, T, O>>(&self, name: &str, f: W) -> DataStream<O> {
         let (assigner, trigger, lateness) = (
             self.assigner,
-            self.trigger.unwrap_or_else(|| self.default_trigger()),
+            self.trigger.clone().unwrap_or_else(|| self.default_trigger()),
             self.allowed_lateness,
         );
         if let Err(e) = assigner.check() {
             lock(&self.keyed.stream.shared).errors.push(e.to_string());
+        }
+        if assigner.is_merging() && !trigger.can_merge() {
+            lock(&self.keyed.stream.shared).errors.push(
+                "a trigger of session windows must merge their states: implement \
+                 WindowTrigger::can_merge and on_merge"
+                    .into(),
+            );
         }
         let window = Arc::new(WindowOperator {
             assigner,

@@ -32,7 +32,8 @@ pub use functions::{
 use triggers::NO_STATE;
 pub use triggers::{
     ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountTrigger, EventTimeTrigger,
-    NeverTrigger, ProcessingTimeTrigger, PurgingTrigger, Trigger,
+    NeverTrigger, ProcessingTimeTrigger, PurgingTrigger, Trigger, TriggerContext, TriggerResult,
+    WindowTrigger,
 };
 
 /// A window of time `[start, end)` (Flink's `TimeWindow`); global windows span all time.
@@ -311,14 +312,21 @@ where
 
     fn on_timer(&self, time: i64, ctx: &mut KeyedContext<'_, K, Self::State>, out: &mut dyn Collector<O>) {
         let Some(domain) = ctx.time_domain() else { return };
+        let (watermark, now) = (ctx.current_watermark(), ctx.current_processing_time());
         let mut timers = Vec::new();
         let mut index = 0;
         while index < ctx.state().0.len() {
             let entry = &mut ctx.state().0[index];
             let window = entry.window;
-            let result = self
-                .trigger
-                .on_timer(domain, time, &window, &mut entry.trigger, &mut timers);
+            let result = self.trigger.on_timer(
+                domain,
+                time,
+                &window,
+                &mut entry.trigger,
+                watermark,
+                now,
+                &mut timers,
+            );
             Self::register(ctx, &mut timers);
             if result.fire {
                 self.emit(ctx, index, out);

@@ -316,3 +316,64 @@ fn processing_time_windows_fire_on_the_clock() {
     // The two elements may straddle a second boundary: one or two windows, every element once.
     assert_eq!(got.iter().map(|r| r.1.1).sum::<u64>(), 3, "{got:?}");
 }
+
+/// A user-defined trigger: fires and purges a window at every third element, and fires what is
+/// left at the window's end; its count is the window's trigger state.
+struct EveryThirdOrEnd;
+
+impl WindowTrigger for EveryThirdOrEnd {
+    fn on_element(&self, _: i64, window: &TimeWindow, ctx: &mut TriggerContext<'_>) -> TriggerResult {
+        if ctx.state().is_none() {
+            ctx.register_event_time_timer(window.max_timestamp());
+        }
+        let n = ctx.state().unwrap_or(0) + 1;
+        if n == 3 {
+            ctx.set_state(Some(0));
+            TriggerResult::FIRE_AND_PURGE
+        } else {
+            ctx.set_state(Some(n));
+            TriggerResult::CONTINUE
+        }
+    }
+
+    fn on_event_time(&self, time: i64, window: &TimeWindow, ctx: &mut TriggerContext<'_>) -> TriggerResult {
+        if time == window.max_timestamp() && ctx.state().is_some_and(|n| n > 0) {
+            TriggerResult::FIRE
+        } else {
+            TriggerResult::CONTINUE
+        }
+    }
+}
+
+#[test]
+fn a_user_defined_trigger_fires_by_its_own_rules_with_its_state_kept_per_window() {
+    let mut h = Harness::new(
+        TumblingEventTimeWindows::of(ms(10)),
+        Trigger::custom(EveryThirdOrEnd),
+        0,
+        sum(),
+    );
+    for (v, ts) in [(1, 0), (2, 1), (4, 2), (8, 3), (16, 4)] {
+        h.element("a", v, ts);
+    }
+    h.element("b", 100, 5);
+    // The third element of a's window fired (1 + 2 + 4; a window's result carries its last
+    // millisecond) and purged it.
+    assert_eq!(h.output(), vec![(9, rec("a", 7))]);
+    h.watermark(9);
+    // At the end: a's two elements since the purge, and b's one.
+    assert_eq!(
+        h.output(),
+        vec![(9, rec("a", 7)), (9, rec("a", 24)), (9, rec("b", 100))]
+    );
+    // Session windows need a trigger that merges: refused when the job is built.
+    let env = crate::StreamExecutionEnvironment::new();
+    env.from_collection(vec![rec("a", 1)])
+        .key_by(|r: &Rec| r.0.clone())
+        .window(crate::EventTimeSessionWindows::with_gap(ms(10)))
+        .trigger(Trigger::custom(EveryThirdOrEnd))
+        .reduce(|a, b| (a.0, a.1 + b.1))
+        .print();
+    let err = env.build().expect_err("refused").to_string();
+    assert!(err.contains("WindowTrigger::can_merge"), "{err}");
+}

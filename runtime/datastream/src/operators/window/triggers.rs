@@ -2,6 +2,7 @@
 //! contents are purged then. A trigger's state is one `i64` per window (a count, or the next
 //! firing time; [`NO_STATE`] when empty), kept with the window in keyed state.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::TimeWindow;
@@ -12,12 +13,110 @@ pub(crate) const NO_STATE: i64 = i64::MIN;
 
 /// What a trigger decides for a window (Flink's `TriggerResult`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TriggerResult {
+pub struct TriggerResult {
     pub fire: bool,
     pub purge: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl TriggerResult {
+    pub const CONTINUE: TriggerResult = TriggerResult {
+        fire: false,
+        purge: false,
+    };
+    pub const FIRE: TriggerResult = TriggerResult {
+        fire: true,
+        purge: false,
+    };
+    pub const PURGE: TriggerResult = TriggerResult {
+        fire: false,
+        purge: true,
+    };
+    pub const FIRE_AND_PURGE: TriggerResult = TriggerResult {
+        fire: true,
+        purge: true,
+    };
+}
+
+/// A trigger of the user's own (Flink's `Trigger` subclass): when a window fires, from its
+/// elements, timers and one `i64` of state per window (a count, a next firing time, ...), kept
+/// with the window in keyed state, so it checkpoints and rescales with it.
+pub trait WindowTrigger: Send + Sync + 'static {
+    /// An element with timestamp `timestamp` went into `window`.
+    fn on_element(&self, timestamp: i64, window: &TimeWindow, ctx: &mut TriggerContext<'_>) -> TriggerResult;
+
+    /// An event-time timer of the window's key at `time` fired (maybe another window's).
+    fn on_event_time(&self, time: i64, window: &TimeWindow, ctx: &mut TriggerContext<'_>) -> TriggerResult {
+        let _ = (time, window, ctx);
+        TriggerResult::CONTINUE
+    }
+
+    /// A processing-time timer of the window's key at `time` fired (maybe another window's).
+    fn on_processing_time(
+        &self,
+        time: i64,
+        window: &TimeWindow,
+        ctx: &mut TriggerContext<'_>,
+    ) -> TriggerResult {
+        let _ = (time, window, ctx);
+        TriggerResult::CONTINUE
+    }
+
+    /// Whether [`WindowTrigger::on_merge`] is implemented: session windows need it.
+    fn can_merge(&self) -> bool {
+        false
+    }
+
+    /// Windows with states `merged` became `window`: set its state and timers in `ctx`.
+    fn on_merge(&self, window: &TimeWindow, merged: &[Option<i64>], ctx: &mut TriggerContext<'_>) {
+        let _ = (window, merged, ctx);
+    }
+}
+
+/// What a [`WindowTrigger`] sees: its window's state, the time, and the timer service.
+pub struct TriggerContext<'a> {
+    state: Option<i64>,
+    watermark: i64,
+    now: i64,
+    timers: &'a mut Vec<(TimeDomain, i64)>,
+}
+
+impl std::fmt::Debug for TriggerContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TriggerContext")
+            .field("state", &self.state)
+            .field("watermark", &self.watermark)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TriggerContext<'_> {
+    /// The window's state (`None` until set; `i64::MIN` is taken to mean none).
+    pub fn state(&self) -> Option<i64> {
+        self.state
+    }
+
+    pub fn set_state(&mut self, state: Option<i64>) {
+        self.state = state.filter(|s| *s != NO_STATE);
+    }
+
+    pub fn current_watermark(&self) -> i64 {
+        self.watermark
+    }
+
+    pub fn current_processing_time(&self) -> i64 {
+        self.now
+    }
+
+    pub fn register_event_time_timer(&mut self, time: i64) {
+        self.timers.push((TimeDomain::EventTime, time));
+    }
+
+    pub fn register_processing_time_timer(&mut self, time: i64) {
+        self.timers.push((TimeDomain::ProcessingTime, time));
+    }
+}
+
+#[derive(Clone)]
 enum Kind {
     EventTime,
     ProcessingTime,
@@ -25,11 +124,26 @@ enum Kind {
     ContinuousEventTime(i64),
     ContinuousProcessingTime(i64),
     Never,
+    Custom(Arc<dyn WindowTrigger>),
+}
+
+impl std::fmt::Debug for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::EventTime => write!(f, "EventTime"),
+            Kind::ProcessingTime => write!(f, "ProcessingTime"),
+            Kind::Count(n) => write!(f, "Count({n})"),
+            Kind::ContinuousEventTime(i) => write!(f, "ContinuousEventTime({i})"),
+            Kind::ContinuousProcessingTime(i) => write!(f, "ContinuousProcessingTime({i})"),
+            Kind::Never => write!(f, "Never"),
+            Kind::Custom(_) => write!(f, "Custom"),
+        }
+    }
 }
 
 /// When a window fires. The assigner's default applies unless
 /// [`WindowedStream::trigger`](crate::WindowedStream::trigger) sets one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Trigger {
     kind: Kind,
     purging: bool,
@@ -111,6 +225,38 @@ impl Trigger {
         Trigger { kind, purging: false }
     }
 
+    /// A trigger of the user's own.
+    pub fn custom(trigger: impl WindowTrigger) -> Trigger {
+        Trigger::of(Kind::Custom(Arc::new(trigger)))
+    }
+
+    /// Whether the trigger can merge windows' states (session windows need it).
+    pub(crate) fn can_merge(&self) -> bool {
+        match &self.kind {
+            Kind::Custom(t) => t.can_merge(),
+            _ => true,
+        }
+    }
+
+    /// Runs a custom trigger's call with its state as `Option`, written back after.
+    fn custom_call(
+        state: &mut i64,
+        watermark: i64,
+        now: i64,
+        timers: &mut Vec<(TimeDomain, i64)>,
+        call: impl FnOnce(&mut TriggerContext<'_>) -> TriggerResult,
+    ) -> TriggerResult {
+        let mut ctx = TriggerContext {
+            state: (*state != NO_STATE).then_some(*state),
+            watermark,
+            now,
+            timers,
+        };
+        let result = call(&mut ctx);
+        *state = ctx.state.unwrap_or(NO_STATE);
+        result
+    }
+
     fn result(&self, fire: bool) -> TriggerResult {
         TriggerResult {
             fire,
@@ -129,7 +275,14 @@ impl Trigger {
         timers: &mut Vec<(TimeDomain, i64)>,
     ) -> TriggerResult {
         let end = window.max_timestamp();
-        let fire = match self.kind {
+        let fire = match &self.kind {
+            Kind::Custom(t) => {
+                let r = Self::custom_call(state, watermark, now, timers, |ctx| t.on_element(ts, window, ctx));
+                return TriggerResult {
+                    fire: r.fire,
+                    purge: r.purge || (r.fire && self.purging),
+                };
+            }
             Kind::EventTime => {
                 if end <= watermark {
                     true
@@ -144,7 +297,7 @@ impl Trigger {
             }
             Kind::Count(n) => {
                 *state = if *state == NO_STATE { 1 } else { *state + 1 };
-                if *state as u64 >= n {
+                if *state as u64 >= *n {
                     *state = 0;
                     true
                 } else {
@@ -157,6 +310,7 @@ impl Trigger {
                 } else {
                     timers.push((TimeDomain::EventTime, end));
                     if *state == NO_STATE {
+                        let interval = *interval;
                         let next = ts - ts.rem_euclid(interval) + interval;
                         *state = next;
                         timers.push((TimeDomain::EventTime, next));
@@ -167,6 +321,7 @@ impl Trigger {
             Kind::ContinuousProcessingTime(interval) => {
                 timers.push((TimeDomain::ProcessingTime, end));
                 if *state == NO_STATE {
+                    let interval = *interval;
                     let next = now - now.rem_euclid(interval) + interval;
                     *state = next;
                     timers.push((TimeDomain::ProcessingTime, next));
@@ -179,16 +334,29 @@ impl Trigger {
     }
 
     /// A timer of `domain` at `time` fired for the window's key.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_timer(
         &self,
         domain: TimeDomain,
         time: i64,
         window: &TimeWindow,
         state: &mut i64,
+        watermark: i64,
+        now: i64,
         timers: &mut Vec<(TimeDomain, i64)>,
     ) -> TriggerResult {
         let at_end = time == window.max_timestamp();
-        let fire = match (self.kind, domain) {
+        if let Kind::Custom(t) = &self.kind {
+            let r = Self::custom_call(state, watermark, now, timers, |ctx| match domain {
+                TimeDomain::EventTime => t.on_event_time(time, window, ctx),
+                TimeDomain::ProcessingTime => t.on_processing_time(time, window, ctx),
+            });
+            return TriggerResult {
+                fire: r.fire,
+                purge: r.purge || (r.fire && self.purging),
+            };
+        }
+        let fire = match (self.kind.clone(), domain) {
             (Kind::EventTime, TimeDomain::EventTime) | (Kind::ProcessingTime, TimeDomain::ProcessingTime) => {
                 at_end
             }
@@ -219,7 +387,17 @@ impl Trigger {
     ) -> i64 {
         let end = window.max_timestamp();
         let present = states.iter().copied().filter(|s| *s != NO_STATE);
-        match self.kind {
+        match &self.kind {
+            Kind::Custom(t) => {
+                let merged: Vec<Option<i64>> =
+                    states.iter().map(|s| (*s != NO_STATE).then_some(*s)).collect();
+                let mut state = NO_STATE;
+                Self::custom_call(&mut state, watermark, crate::time::now_ms(), timers, |ctx| {
+                    t.on_merge(window, &merged, ctx);
+                    TriggerResult::CONTINUE
+                });
+                state
+            }
             Kind::EventTime => {
                 if end > watermark {
                     timers.push((TimeDomain::EventTime, end));
@@ -232,7 +410,7 @@ impl Trigger {
             }
             Kind::Count(_) => present.sum::<i64>().max(0),
             Kind::ContinuousEventTime(_) | Kind::ContinuousProcessingTime(_) => {
-                let domain = if matches!(self.kind, Kind::ContinuousEventTime(_)) {
+                let domain = if matches!(&self.kind, Kind::ContinuousEventTime(_)) {
                     TimeDomain::EventTime
                 } else {
                     TimeDomain::ProcessingTime
@@ -268,16 +446,24 @@ mod tests {
         assert!(!t.on_element(3, &w(0, 10), &mut state, 0, 0, &mut timers).fire);
         assert_eq!(timers, vec![(TimeDomain::EventTime, 9)]);
         assert!(
-            !t.on_timer(TimeDomain::EventTime, 8, &w(0, 10), &mut state, &mut timers)
+            !t.on_timer(TimeDomain::EventTime, 8, &w(0, 10), &mut state, 0, 0, &mut timers)
                 .fire
         );
         assert!(
-            t.on_timer(TimeDomain::EventTime, 9, &w(0, 10), &mut state, &mut timers)
+            t.on_timer(TimeDomain::EventTime, 9, &w(0, 10), &mut state, 0, 0, &mut timers)
                 .fire
         );
         assert!(
-            !t.on_timer(TimeDomain::ProcessingTime, 9, &w(0, 10), &mut state, &mut timers)
-                .fire
+            !t.on_timer(
+                TimeDomain::ProcessingTime,
+                9,
+                &w(0, 10),
+                &mut state,
+                0,
+                0,
+                &mut timers
+            )
+            .fire
         );
         timers.clear();
         let late = t.on_element(3, &w(0, 10), &mut state, 9, 0, &mut timers);
@@ -313,18 +499,18 @@ mod tests {
         );
         timers.clear();
         assert!(
-            t.on_timer(TimeDomain::EventTime, 4, &window, &mut state, &mut timers)
+            t.on_timer(TimeDomain::EventTime, 4, &window, &mut state, 0, 0, &mut timers)
                 .fire
         );
         assert_eq!(timers, vec![(TimeDomain::EventTime, 8)]);
         timers.clear();
         assert!(
-            t.on_timer(TimeDomain::EventTime, 8, &window, &mut state, &mut timers)
+            t.on_timer(TimeDomain::EventTime, 8, &window, &mut state, 0, 0, &mut timers)
                 .fire
         );
         assert!(timers.is_empty(), "12 is past the window");
         assert!(
-            t.on_timer(TimeDomain::EventTime, 9, &window, &mut state, &mut timers)
+            t.on_timer(TimeDomain::EventTime, 9, &window, &mut state, 0, 0, &mut timers)
                 .fire
         );
     }
