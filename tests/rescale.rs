@@ -133,15 +133,55 @@ fn rescales_while_running(backend: &str, s3: Option<&MotoServer>) -> Result<(), 
 /// definition over the same events, row for row.
 fn windows_rescale_while_running(backend: &str) -> Result<(), Failed> {
     const EVENTS: u64 = 200_000;
-    let dir = common::scratch(&format!("rescale-windows-{backend}"));
+    let events =
+        floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
+    let args = [
+        "--query",
+        "q11",
+        "--events",
+        &EVENTS.to_string(),
+        "--rate",
+        "20000",
+    ]
+    .map(String::from);
+    rescale_exactly(backend, "nexmark", &args, want, "q11")
+}
+
+/// Broadcast state rescales (issue 14): the job `broadcast-rules` (a rule per bidder class,
+/// broadcast to every subtask of a keyed operator, applied to each bid once the watermark passed
+/// it) goes 2 -> 3 -> 1 while it runs. The rules' source finished long before: a subtask the
+/// rescale adds has the rules only from the broadcast state it restored (without them it would
+/// write a factor of 0), and the output equals the rules applied to every bid.
+fn broadcast_state_rescales_while_running(backend: &str) -> Result<(), Failed> {
+    const EVENTS: u64 = 200_000;
+    let events =
+        floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
+    let want = floe_datastream::nexmark::rules_reference(&events);
+    let args = ["--events", &EVENTS.to_string(), "--rate", "20000"].map(String::from);
+    rescale_exactly(backend, "broadcast-rules", &args, want, "broadcast-rules")
+}
+
+/// Runs `job` with `args` (and `--output`) at parallelism 2, rescales it 2 -> 3 -> 1 after a
+/// completed checkpoint each, and checks its committed output equals `want`, row for row.
+fn rescale_exactly(
+    backend: &str,
+    job: &str,
+    args: &[String],
+    want: Vec<String>,
+    label: &str,
+) -> Result<(), Failed> {
+    let dir = common::scratch(&format!("rescale-{label}-{backend}"));
     let output = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let m = dir.join("job.yaml");
+    let mut args = args.to_vec();
+    args.extend(["--output".to_string(), output.display().to_string()]);
     std::fs::write(
         &m,
         format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale-windows }}\nspec:\n  job:\n    name: nexmark\n    args: [\"--query\", \"q11\", \"--events\", \"{EVENTS}\", \"--rate\", \"20000\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"{storage}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
-            output.display(),
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: rescale-{label} }}\nspec:\n  job:\n    name: {job}\n    args: {}\n    parallelism: 2\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"{storage}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n    state.backend.type: {backend}\n",
+            serde_json::to_string(&args).unwrap(),
         ),
     )
     .unwrap();
@@ -176,9 +216,6 @@ fn windows_rescale_while_running(backend: &str) -> Result<(), Failed> {
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED"))
     });
     assert_eq!(done["state"], "FINISHED", "{done}");
-    let events =
-        floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
-    let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
     let mut got: Vec<String> = std::fs::read_dir(&output)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -193,10 +230,15 @@ fn windows_rescale_while_running(backend: &str) -> Result<(), Failed> {
         .collect();
     got.sort();
     if got != want {
-        return Err(format!("q11 after rescales: {} rows, expected {}", got.len(), want.len()).into());
+        return Err(format!(
+            "{label} after rescales: {} rows, expected {}",
+            got.len(),
+            want.len()
+        )
+        .into());
     }
     println!(
-        "{backend}: q11 rescaled 2 -> 3 -> 1, {} sessions exactly",
+        "{backend}: {label} rescaled 2 -> 3 -> 1, {} rows exactly",
         got.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -317,6 +359,9 @@ fn main() {
     for backend in ["hashmap", "rocksdb"] {
         windows.push(Trial::test(format!("{backend}_event_time_windows"), move || {
             windows_rescale_while_running(backend)
+        }));
+        windows.push(Trial::test(format!("{backend}_broadcast_state"), move || {
+            broadcast_state_rescales_while_running(backend)
         }));
     }
     let moto = MotoServer::for_tests("rescaling with checkpoints on s3://", "floe-rescale");

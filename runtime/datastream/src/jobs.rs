@@ -45,6 +45,7 @@ impl JobRegistry {
         r.register("pipeline", pipeline);
         r.register("keyed-state", keyed_state);
         r.register("nexmark", crate::nexmark::nexmark_job);
+        r.register("broadcast-rules", crate::nexmark::broadcast_rules_job);
         r
     }
 

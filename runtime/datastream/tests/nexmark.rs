@@ -199,3 +199,28 @@ fn the_latency_output_is_refused_where_it_cannot_measure() {
     let e = build(&["--query", "q1"]);
     assert!(e.contains("--output") && e.contains("missing"), "{e}");
 }
+
+/// The broadcast state pattern over bids: every bid goes out with its bidder class's rule, which
+/// every subtask holds (none would write a factor of 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broadcast_rules_apply_to_every_bid() {
+    let out = temp_dir("broadcast-rules");
+    let url = format!("file://{}", out.display());
+    let job = JobRegistry::builtin()
+        .build(&JobArgs {
+            name: "broadcast-rules".into(),
+            args: ["--events", "100000", "--output", &url]
+                .map(String::from)
+                .to_vec(),
+            configuration: [("parallelism.default", "2")]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .into(),
+        })
+        .expect("builds");
+    run(&job, 32 * 1024, Some(Duration::from_millis(10))).await;
+    let want = floe_datastream::nexmark::rules_reference(&events(100_000));
+    assert!(
+        output(&out) == want,
+        "the rows differ from the rules applied to every bid"
+    );
+}
