@@ -198,10 +198,8 @@ impl<T: Data> InputHead<T> {
     }
 
     #[inline]
-    fn push_record(&mut self, input: &mut &[u8], side: Option<(u8, SideDecoder<T>)>) -> Result<()> {
-        if let Some((side, decode)) = side {
-            self.chain.collect(decode(side, input)?);
-        } else if self.reuse {
+    fn push_record(&mut self, input: &mut &[u8]) -> Result<()> {
+        if self.reuse {
             let record = match &mut self.record {
                 Some(record) => {
                     record.decode_into(input)?;
@@ -259,15 +257,24 @@ impl<T: Data> Head for InputHead<T> {
                 match element::read_header(&mut input)? {
                     Header::Record(ts) => {
                         time.set_timestamp(ts);
-                        self.push_record(&mut input, side)?;
+                        match side {
+                            Some((side, decode)) => self.chain.collect(decode(side, &mut input)?),
+                            None => self.push_record(&mut input)?,
+                        }
                         n += 1;
                     }
                     Header::Event(event) => self.channel_event(channel, event),
                 }
             }
-        } else {
+        } else if let Some((side, decode)) = side {
             while !input.is_empty() {
-                self.push_record(&mut input, side)?;
+                self.chain.collect(decode(side, &mut input)?);
+                n += 1;
+            }
+        } else {
+            // The one-input path, per record as lean as before two-input heads existed.
+            while !input.is_empty() {
+                self.push_record(&mut input)?;
                 n += 1;
             }
         }
