@@ -222,3 +222,41 @@ fn the_floe_binary_does_not_depend_on_the_kubernetes_client_or_controller() {
         );
     }
 }
+
+/// `floe jobs` lists every registered job with its declared arguments, and a wrong argument is
+/// refused naming it and the job, before anything runs (issue 15).
+#[test]
+fn jobs_lists_the_registered_jobs_and_their_arguments() {
+    let out = floe(&["jobs"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for job in [
+        "wordcount:",
+        "pipeline:",
+        "keyed-state:",
+        "nexmark:",
+        "broadcast-rules:",
+    ] {
+        assert!(text.contains(job), "{job} missing from:\n{text}");
+    }
+    assert!(
+        text.contains("--query") && text.contains("q0|q1|q2|q3|q4|q5|q7|q8|q11|q12|export|bids, required"),
+        "{text}"
+    );
+    let refused = floe_datastream::JobRegistry::builtin()
+        .build(&floe_datastream::JobArgs {
+            name: "nexmark".into(),
+            args: ["--query", "q5", "--events", "many", "--output", "/tmp/out"]
+                .map(String::from)
+                .to_vec(),
+            configuration: Default::default(),
+        })
+        .expect_err("--events many is refused")
+        .to_string();
+    assert!(
+        refused.contains("--events")
+            && refused.contains("integer >= 1, got \"many\"")
+            && refused.contains("(job nexmark)"),
+        "{refused}"
+    );
+}

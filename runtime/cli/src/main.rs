@@ -51,6 +51,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
+    /// List the registered jobs and the arguments each takes.
+    Jobs,
     /// Run a FlinkJob manifest on a local cluster of real processes.
     Run {
         #[arg(short = 'f', long = "file")]
@@ -231,6 +233,10 @@ fn run(cli: Cli) -> Result<ExitCode, Failure> {
                 Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
                 Format::Text => print!("{}", plan_cmd::render_text(&view, mode)),
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Jobs => {
+            print!("{}", floe_datastream::JobRegistry::builtin().usage());
             Ok(ExitCode::SUCCESS)
         }
         Command::Run { file, work_dir } => {

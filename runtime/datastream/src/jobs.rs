@@ -7,7 +7,83 @@ use std::sync::Arc;
 use crate::api::StreamExecutionEnvironment;
 use crate::error::{Error, Result};
 use crate::graph::BuiltJob;
+pub use crate::job_spec::{ArgKind, ArgSpec, JobSpec};
 use crate::operators::Collector;
+
+const WORDCOUNT: JobSpec = JobSpec {
+    description: "Flink's WordCount example: lines `word TAB count`",
+    args: &[
+        ArgSpec::required("input", ArgKind::Location, "text files to count the words of"),
+        ArgSpec::required("output", ArgKind::Location, "where the counts go"),
+    ],
+};
+
+const PIPELINE: JobSpec = JobSpec {
+    description: "generator -> map -> keyed count -> files, with the knobs scheduling and flow-control tests use",
+    args: &[
+        ArgSpec::required("output", ArgKind::Location, "where the counts go"),
+        ArgSpec::optional(
+            "aggregate",
+            ArgKind::OneOf(&["reduce", "sum"]),
+            Some("reduce"),
+            "how words are counted",
+        ),
+        ArgSpec::optional(
+            "records",
+            ArgKind::Count,
+            Some("100000"),
+            "lines to generate; 0: unbounded",
+        ),
+        ArgSpec::optional("rate", ArgKind::Rate, None, "lines per second"),
+        ArgSpec::optional(
+            "rate-after",
+            ArgKind::Text,
+            None,
+            "LINE:LINES_PER_S, the rate from that line on",
+        ),
+        ArgSpec::optional("seed", ArgKind::Count, Some("42"), "the generator's seed"),
+        ArgSpec::optional(
+            "source-parallelism",
+            ArgKind::Positive,
+            None,
+            "the source's parallelism",
+        ),
+        ArgSpec::optional(
+            "map-parallelism",
+            ArgKind::Positive,
+            None,
+            "the map's parallelism",
+        ),
+        ArgSpec::optional(
+            "reduce-parallelism",
+            ArgKind::Positive,
+            None,
+            "the count's parallelism",
+        ),
+        ArgSpec::optional(
+            "sink-delay-us",
+            ArgKind::Count,
+            Some("0"),
+            "a deliberately slow sink",
+        ),
+    ],
+};
+
+const KEYED_STATE: JobSpec = JobSpec {
+    description: "a keyed running count over many distinct keys (state-size benchmarks)",
+    args: &[
+        ArgSpec::required("output", ArgKind::Location, "where counts go"),
+        ArgSpec::required("keys", ArgKind::Positive, "distinct keys"),
+        ArgSpec::optional("key-bytes", ArgKind::Positive, Some("100"), "bytes per key"),
+        ArgSpec::optional("records", ArgKind::Positive, Some("3 x --keys"), "records in all"),
+        ArgSpec::optional(
+            "emit-every",
+            ArgKind::Positive,
+            Some("1000"),
+            "write a key's count at multiples of this",
+        ),
+    ],
+};
 
 /// What the CLI and the FlinkJob manifest say about a job.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,10 +96,10 @@ pub struct JobArgs {
 /// A job's build function: records sources, transformations and sinks on the environment.
 pub type JobFn = Arc<dyn Fn(&mut StreamExecutionEnvironment, &[String]) -> Result<()> + Send + Sync>;
 
-/// Jobs by name.
+/// Jobs by name, each with its declared arguments where it declares them.
 #[derive(Clone, Default)]
 pub struct JobRegistry {
-    jobs: BTreeMap<String, JobFn>,
+    jobs: BTreeMap<String, (JobFn, Option<JobSpec>)>,
 }
 
 impl std::fmt::Debug for JobRegistry {
@@ -38,23 +114,57 @@ impl JobRegistry {
         Self::default()
     }
 
-    /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state` and `nexmark`.
+    /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state`, `nexmark` and
+    /// `broadcast-rules`.
     pub fn builtin() -> Self {
         let mut r = Self::new();
-        r.register("wordcount", wordcount);
-        r.register("pipeline", pipeline);
-        r.register("keyed-state", keyed_state);
-        r.register("nexmark", crate::nexmark::nexmark_job);
-        r.register("broadcast-rules", crate::nexmark::broadcast_rules_job);
+        r.register_declared("wordcount", WORDCOUNT, wordcount);
+        r.register_declared("pipeline", PIPELINE, pipeline);
+        r.register_declared("keyed-state", KEYED_STATE, keyed_state);
+        r.register_declared("nexmark", crate::nexmark::NEXMARK, crate::nexmark::nexmark_job);
+        r.register_declared(
+            "broadcast-rules",
+            crate::nexmark::BROADCAST_RULES,
+            crate::nexmark::broadcast_rules_job,
+        );
         r
     }
 
+    /// A job whose arguments it checks itself.
     pub fn register<F>(&mut self, name: &str, build: F) -> &mut Self
     where
         F: Fn(&mut StreamExecutionEnvironment, &[String]) -> Result<()> + Send + Sync + 'static,
     {
-        self.jobs.insert(name.to_string(), Arc::new(build));
+        self.jobs.insert(name.to_string(), (Arc::new(build), None));
         self
+    }
+
+    /// A job with declared arguments: they are checked before it is built, and `floe jobs`
+    /// lists them.
+    pub fn register_declared<F>(&mut self, name: &str, spec: JobSpec, build: F) -> &mut Self
+    where
+        F: Fn(&mut StreamExecutionEnvironment, &[String]) -> Result<()> + Send + Sync + 'static,
+    {
+        self.jobs.insert(name.to_string(), (Arc::new(build), Some(spec)));
+        self
+    }
+
+    /// The declared arguments of job `name`.
+    pub fn spec(&self, name: &str) -> Option<JobSpec> {
+        self.jobs.get(name).and_then(|(_, spec)| *spec)
+    }
+
+    /// Every job with its arguments (what `floe jobs` prints).
+    pub fn usage(&self) -> String {
+        let mut out = String::new();
+        for (name, (_, spec)) in &self.jobs {
+            match spec {
+                Some(spec) => out.push_str(&spec.usage(name)),
+                None => out.push_str(&format!("{name}: (arguments not declared)\n")),
+            }
+            out.push('\n');
+        }
+        out
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -64,10 +174,13 @@ impl JobRegistry {
     /// Configures an environment from `args.configuration`, runs the job's build function and
     /// generates the JobGraph.
     pub fn build(&self, args: &JobArgs) -> Result<BuiltJob> {
-        let job = self.jobs.get(&args.name).ok_or_else(|| Error::UnknownJob {
+        let (job, spec) = self.jobs.get(&args.name).ok_or_else(|| Error::UnknownJob {
             name: args.name.clone(),
             registered: self.names().join(", "),
         })?;
+        if let Some(spec) = spec {
+            spec.check(&args.name, &args.args)?;
+        }
         let mut env = StreamExecutionEnvironment::from_configuration(&args.configuration)?;
         job(&mut env, &args.args)?;
         env.build()

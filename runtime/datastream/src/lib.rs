@@ -16,6 +16,7 @@ pub mod data;
 mod error;
 mod graph;
 mod io;
+mod job_spec;
 mod jobs;
 mod latency;
 pub mod nexmark;
@@ -38,7 +39,7 @@ pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
-pub use jobs::{JobArgs, JobFn, JobRegistry, parse_args, tokenize, wordcount};
+pub use jobs::{ArgKind, ArgSpec, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount};
 pub use latency::LatencyHistogram;
 pub use operators::window::{
     AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,

@@ -27,9 +27,9 @@ mod rules;
 
 pub use generator::{BASE_TIME, FIRST_AUCTION_ID, FIRST_PERSON_ID, NexmarkConfig};
 pub use model::{Auction, Bid, Event, Person, parse_sql_timestamp, sql_timestamp};
-pub use queries::{QUERIES, nexmark_job};
+pub use queries::{NEXMARK, QUERIES, nexmark_job};
 pub use reference::{output_table, reference};
-pub use rules::{broadcast_rules_job, rule_factor, rules_reference};
+pub use rules::{BROADCAST_RULES, broadcast_rules_job, rule_factor, rules_reference};
 
 /// The suite's watermark delay: `WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND`.
 pub const WATERMARK_DELAY_MS: i64 = 4_000;

@@ -449,6 +449,55 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
     Ok(())
 }
 
+/// The arguments of the job `nexmark`.
+pub const NEXMARK: crate::jobs::JobSpec = {
+    use crate::jobs::{ArgKind, ArgSpec};
+    crate::jobs::JobSpec {
+        description: "the Nexmark benchmark's queries over generated (or exported) events",
+        args: &[
+            ArgSpec::required("query", ArgKind::OneOf(&QUERIES), "the query to run"),
+            ArgSpec::optional("output", ArgKind::Location, None, "where the rows go"),
+            ArgSpec::optional(
+                "events",
+                ArgKind::Positive,
+                Some("unbounded"),
+                "events to generate",
+            ),
+            ArgSpec::optional(
+                "rate",
+                ArgKind::Positive,
+                None,
+                "events per second for the whole source",
+            ),
+            ArgSpec::optional("seed", ArgKind::Count, Some("0"), "the generator's seed"),
+            ArgSpec::optional(
+                "event-rate",
+                ArgKind::Positive,
+                Some("10000"),
+                "events per second of event time",
+            ),
+            ArgSpec::optional(
+                "input",
+                ArgKind::Location,
+                None,
+                "exported events (JSON lines) to read instead",
+            ),
+            ArgSpec::optional(
+                "latency-output",
+                ArgKind::Location,
+                None,
+                "q0-q2: a latency histogram instead of rows",
+            ),
+            ArgSpec::optional(
+                "latency-warmup-s",
+                ArgKind::Count,
+                Some("2"),
+                "seconds of events the latency skips",
+            ),
+        ],
+    }
+};
+
 /// The job `nexmark`: `--query Q --output URL [--events N] [--rate EVENTS_PER_S] [--seed S]
 /// [--event-rate EVENTS_PER_S_OF_EVENT_TIME]`. Without `--events` the source is unbounded. With
 /// `--input URL` the events are read from JSON lines (what `--query export` wrote; what Flink

@@ -84,6 +84,24 @@ impl KeyedBroadcastProcessFunction<u64, Bid, (u64, u64), (u64, u64)> for ApplyRu
     }
 }
 
+/// The arguments of the job `broadcast-rules`.
+pub const BROADCAST_RULES: crate::jobs::JobSpec = {
+    use crate::jobs::{ArgKind, ArgSpec};
+    crate::jobs::JobSpec {
+        description: "the broadcast state pattern: a rule per bidder class applied to Nexmark bids",
+        args: &[
+            ArgSpec::required("output", ArgKind::Location, "where the rows go"),
+            ArgSpec::optional(
+                "events",
+                ArgKind::Positive,
+                Some("unbounded"),
+                "events to generate",
+            ),
+            ArgSpec::optional("rate", ArgKind::Positive, None, "events per second"),
+        ],
+    }
+};
+
 /// `broadcast-rules --output URL [--events N] [--rate EVENTS_PER_S]`.
 pub fn broadcast_rules_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let a = parse_args(args, &["output", "events", "rate"], &["output"])?;
