@@ -4,11 +4,10 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{run, temp_dir};
+use common::{counted, lines, run, temp_dir, url};
 use floe_datastream::{
     BroadcastProcessFunction, Collector, KeyedBroadcastProcessFunction, KeyedContext, MapState,
     ProcessContext, RuntimeMode, StreamExecutionEnvironment, WatermarkStrategy,
@@ -19,27 +18,6 @@ const KEYS: u64 = 5;
 
 fn factor(key: u64) -> u64 {
     key * 10 + 3
-}
-
-fn lines(dir: &Path) -> HashMap<String, usize> {
-    let mut got = HashMap::new();
-    for e in std::fs::read_dir(dir).expect("output") {
-        for line in std::fs::read_to_string(e.expect("entry").path())
-            .expect("read")
-            .lines()
-        {
-            *got.entry(line.to_string()).or_default() += 1;
-        }
-    }
-    got
-}
-
-fn counted(items: impl IntoIterator<Item = String>) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for i in items {
-        *m.entry(i).or_default() += 1;
-    }
-    m
 }
 
 /// Multiplies each number by its key's factor, once the rules are in: numbers wait in their key's
@@ -122,7 +100,7 @@ async fn a_keyed_broadcast_process_function_applies_the_rules_every_subtask_hold
             .key_by(|e: &(u64, u64)| e.0)
             .connect_broadcast(&rules)
             .process(ApplyRules)
-            .sink_to_file(&format!("file://{}", out.display()));
+            .sink_to_file(&url(&out));
         run(&env.build().expect("builds"), 512, Some(Duration::from_millis(2))).await;
         let mut want: Vec<String> = (0..N)
             .map(|n| format!("{}\t{}", n % KEYS, n * factor(n % KEYS)))
@@ -172,7 +150,7 @@ async fn in_batch_every_rule_is_in_before_the_other_input_is_processed() {
     env.generate_sequence(0, N - 1)
         .connect_broadcast(&rules)
         .process(Multiply)
-        .sink_to_file(&format!("file://{}", out.display()));
+        .sink_to_file(&url(&out));
     run(&env.build().expect("builds"), 512, Some(Duration::from_millis(2))).await;
     let want = counted((0..N).map(|n| (n * factor(n % KEYS)).to_string()));
     assert_eq!(lines(&out), want);

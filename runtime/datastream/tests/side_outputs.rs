@@ -6,39 +6,13 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::Duration;
 
-use common::{run, temp_dir};
+use common::{counted, lines, run, temp_dir, url};
 use floe_datastream::{
     Collector, KeyedContext, KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction,
     StreamExecutionEnvironment, TumblingEventTimeWindows, WatermarkStrategy,
 };
-
-fn url(dir: &Path) -> String {
-    format!("file://{}", dir.display())
-}
-
-fn lines(dir: &Path) -> HashMap<String, usize> {
-    let mut got = HashMap::new();
-    for e in std::fs::read_dir(dir).expect("output") {
-        for line in std::fs::read_to_string(e.expect("entry").path())
-            .expect("read")
-            .lines()
-        {
-            *got.entry(line.to_string()).or_default() += 1;
-        }
-    }
-    got
-}
-
-fn counted(items: impl IntoIterator<Item = String>) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for i in items {
-        *m.entry(i).or_default() += 1;
-    }
-    m
-}
 
 /// Evens on the main output, odd numbers as text on the side.
 struct Split(OutputTag<String>);

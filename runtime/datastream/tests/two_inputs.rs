@@ -5,11 +5,11 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run, temp_dir};
+use common::{counted, lines, run, temp_dir, url};
 use floe_datastream::{
     BuiltJob, Collector, KeyedCoProcessFunction, KeyedContext, RuntimeMode, StreamExecutionEnvironment,
     TumblingEventTimeWindows, WatermarkStrategy, WindowContext,
@@ -23,32 +23,6 @@ fn env(mode: RuntimeMode, parallelism: u32) -> StreamExecutionEnvironment {
     .expect("configuration");
     env.set_parallelism(parallelism).set_runtime_mode(mode);
     env
-}
-
-fn url(dir: &Path) -> String {
-    format!("file://{}", dir.display())
-}
-
-/// Every line of every part file, counted.
-fn lines(dir: &Path) -> HashMap<String, usize> {
-    let mut got = HashMap::new();
-    for e in std::fs::read_dir(dir).expect("output") {
-        for line in std::fs::read_to_string(e.expect("entry").path())
-            .expect("read")
-            .lines()
-        {
-            *got.entry(line.to_string()).or_default() += 1;
-        }
-    }
-    got
-}
-
-fn counted(items: impl IntoIterator<Item = String>) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for i in items {
-        *m.entry(i).or_default() += 1;
-    }
-    m
 }
 
 async fn run_job(job: &BuiltJob) {

@@ -13,13 +13,16 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{DataStream, KeyedStream, NodeInput, NodeKind, Par, StreamNode, lock, push_node};
+use super::{
+    DataStream, KeyedStream, NodeInput, NodeKind, Par, StreamNode, flat_map_factory, lock, map_factory,
+    push_node,
+};
 use crate::data::Data;
 use crate::operators::window::{ProcessWindowFunction, WindowAssigner, WindowContext};
 use crate::operators::{
-    AnyOp, BroadcastOp, CoProcess, Collector, FlatMapOp, IntervalJoin, KeyFn, KeyedBroadcastOp,
-    KeyedCoProcessFunction, KeyedInner, KeyedProcessOperator, KeyedSide, MapOp, OpContext, OpFactory,
-    SortedKeyedProcess, TaggedUnion, downcast, erase, restore_broadcast,
+    AnyOp, BroadcastOp, CoProcess, Collector, IntervalJoin, KeyFn, KeyedBroadcastOp, KeyedCoProcessFunction,
+    KeyedInner, KeyedProcessOperator, KeyedSide, OpContext, OpFactory, SortedKeyedProcess, TaggedUnion,
+    downcast, erase, restore_broadcast,
 };
 use crate::task::{TwoInputOf, TypeOf};
 
@@ -135,16 +138,9 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         F1: Fn(A) -> O + Send + Sync + 'static,
         F2: Fn(B) -> O + Send + Sync + 'static,
     {
-        let f = Arc::new(move |t: TaggedUnion<A, B>| match t {
+        let factory = map_factory(move |t: TaggedUnion<A, B>| match t {
             TaggedUnion::One(a) => f1(a),
             TaggedUnion::Two(b) => f2(b),
-        });
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-            Ok(erase::<TaggedUnion<A, B>>(Box::new(MapOp {
-                f: f.clone(),
-                down: downcast::<O>(down)?,
-                _in: PhantomData,
-            })))
         });
         two_input_node::<A, B, O>(
             &self.first,
@@ -164,16 +160,9 @@ impl<A: Data, B: Data> ConnectedStreams<A, B> {
         F1: Fn(A, &mut dyn Collector<O>) + Send + Sync + 'static,
         F2: Fn(B, &mut dyn Collector<O>) + Send + Sync + 'static,
     {
-        let f = Arc::new(move |t: TaggedUnion<A, B>, out: &mut dyn Collector<O>| match t {
+        let factory = flat_map_factory(move |t: TaggedUnion<A, B>, out: &mut dyn Collector<O>| match t {
             TaggedUnion::One(a) => f1(a, out),
             TaggedUnion::Two(b) => f2(b, out),
-        });
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-            Ok(erase::<TaggedUnion<A, B>>(Box::new(FlatMapOp {
-                f: f.clone(),
-                down: downcast::<O>(down)?,
-                _in: PhantomData,
-            })))
         });
         two_input_node::<A, B, O>(
             &self.first,

@@ -479,6 +479,35 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
     }))
 }
 
+/// The operator of a map from records of type `I` (one stream's, or a connected pair's tagged).
+pub(crate) fn map_factory<I: Data, O: Data, F: Fn(I) -> O + Send + Sync + 'static>(f: F) -> OpFactory {
+    let f = Arc::new(f);
+    Arc::new(move |_: &OpContext, down: AnyOp| {
+        Ok(erase::<I>(Box::new(MapOp {
+            f: f.clone(),
+            down: downcast::<O>(down)?,
+            _in: PhantomData,
+        })))
+    })
+}
+
+/// The operator of a flat map from records of type `I`.
+pub(crate) fn flat_map_factory<I, O, F>(f: F) -> OpFactory
+where
+    I: Data,
+    O: Data,
+    F: Fn(I, &mut dyn Collector<O>) + Send + Sync + 'static,
+{
+    let f = Arc::new(f);
+    Arc::new(move |_: &OpContext, down: AnyOp| {
+        Ok(erase::<I>(Box::new(FlatMapOp {
+            f: f.clone(),
+            down: downcast::<O>(down)?,
+            _in: PhantomData,
+        })))
+    })
+}
+
 fn push_node(shared: &Mutex<Shared>, node: StreamNode) -> usize {
     let mut g = lock(shared);
     g.nodes.push(node);
@@ -554,15 +583,13 @@ impl<T: Data> DataStream<T> {
     }
 
     pub fn map<O: Data, F: Fn(T) -> O + Send + Sync + 'static>(&self, f: F) -> DataStream<O> {
-        let f = Arc::new(f);
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-            Ok(erase::<T>(Box::new(MapOp {
-                f: f.clone(),
-                down: downcast::<O>(down)?,
-                _in: PhantomData,
-            })))
-        });
-        self.add_operator("map", "Map", Par::Default, self.plain_input(), factory)
+        self.add_operator(
+            "map",
+            "Map",
+            Par::Default,
+            self.plain_input(),
+            map_factory::<T, O, F>(f),
+        )
     }
 
     /// `f(record, out)` emits any number of records through `out.collect(..)`.
@@ -570,14 +597,7 @@ impl<T: Data> DataStream<T> {
     where
         F: Fn(T, &mut dyn Collector<O>) + Send + Sync + 'static,
     {
-        let f = Arc::new(f);
-        let factory: OpFactory = Arc::new(move |_: &OpContext, down: AnyOp| {
-            Ok(erase::<T>(Box::new(FlatMapOp {
-                f: f.clone(),
-                down: downcast::<O>(down)?,
-                _in: PhantomData,
-            })))
-        });
+        let factory = flat_map_factory::<T, O, F>(f);
         self.add_operator("flat-map", "FlatMap", Par::Default, self.plain_input(), factory)
     }
 

@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,4 +129,32 @@ pub fn temp_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("temp dir");
     d
+}
+
+/// A `file://` URL of `dir`.
+pub fn url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+/// Every line of every part file under `dir`, counted.
+pub fn lines(dir: &Path) -> HashMap<String, usize> {
+    let mut got = HashMap::new();
+    for e in std::fs::read_dir(dir).expect("output") {
+        for line in std::fs::read_to_string(e.expect("entry").path())
+            .expect("read")
+            .lines()
+        {
+            *got.entry(line.to_string()).or_default() += 1;
+        }
+    }
+    got
+}
+
+/// `items` counted, to compare with [`lines`].
+pub fn counted(items: impl IntoIterator<Item = String>) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for i in items {
+        *m.entry(i).or_default() += 1;
+    }
+    m
 }
