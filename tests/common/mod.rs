@@ -343,5 +343,6 @@ pub fn local_cluster(
 }
 
 pub mod images;
+pub mod kafka;
 pub mod netns;
 pub mod processes;

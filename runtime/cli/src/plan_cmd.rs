@@ -19,8 +19,12 @@ pub struct ManifestJob {
 }
 
 /// Builds the manifest's job graph (its job name, arguments and configuration, with the shuffle mode
-/// `shuffle_mode` if given instead of `execution.batch-shuffle-mode`).
-pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::Result<ManifestJob> {
+/// `shuffle_mode` if given instead of `execution.batch-shuffle-mode`) from the jobs of `registry`.
+pub fn manifest_job(
+    manifest: &FlinkJob,
+    registry: &floe_datastream::JobRegistry,
+    shuffle_mode: Option<&str>,
+) -> anyhow::Result<ManifestJob> {
     let mut conf = manifest.job_configuration();
     if let Some(m) = shuffle_mode {
         conf.insert("execution.batch-shuffle-mode".into(), m.to_string());
@@ -33,7 +37,7 @@ pub fn manifest_job(manifest: &FlinkJob, shuffle_mode: Option<&str>) -> anyhow::
         args: manifest.spec.job.args.clone(),
         configuration: conf.clone(),
     };
-    let built = floe_datastream::JobRegistry::builtin().build(&args)?;
+    let built = registry.build(&args)?;
     let tm = &manifest.spec.task_manager;
     let mode = match built.runtime_mode() {
         floe_datastream::RuntimeMode::Streaming => "STREAMING (all exchanges pipelined)",

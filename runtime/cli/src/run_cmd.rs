@@ -95,8 +95,8 @@ fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::
 /// Refuses, before any process starts, a job the JobManager would refuse (its graph, its
 /// configuration) or that the cluster `floe run` would start cannot hold (with `floe plan`'s
 /// message, at once rather than after the JobManager's `slot.request.timeout`).
-pub fn preflight(job: &FlinkJob) -> anyhow::Result<()> {
-    let planned = crate::plan_cmd::manifest_job(job, None)?;
+pub fn preflight(job: &FlinkJob, registry: &floe_datastream::JobRegistry) -> anyhow::Result<()> {
+    let planned = crate::plan_cmd::manifest_job(job, registry, None)?;
     floe_jobmanager::job::validate_configuration(&planned.configuration)?;
     if let Err(e) = floe_scheduler::Plan::new(planned.graph, Some(&planned.offer)) {
         let tm = &job.spec.task_manager;

@@ -17,6 +17,10 @@ pub enum Error {
     #[error("unknown job {name:?}; registered jobs: {registered}")]
     UnknownJob { name: String, registered: String },
     /// The stream graph cannot be turned into a JobGraph.
+    /// A connector (Kafka) failed: the broker, topic, partition or record it names.
+    #[error("{connector}: {message}")]
+    Connector { connector: String, message: String },
+
     #[error("invalid stream graph: {0}")]
     Graph(String),
     /// The scheduler rejected the generated JobGraph.
@@ -100,7 +104,7 @@ impl Error {
         }
     }
 
-    pub(crate) fn argument(argument: &str, message: impl Into<String>) -> Self {
+    pub fn argument(argument: &str, message: impl Into<String>) -> Self {
         Error::Argument {
             argument: argument.to_string(),
             message: message.into(),

@@ -120,6 +120,30 @@ impl JobSpec {
         Ok(())
     }
 
+    /// Checks `args` as [`JobSpec::check`] does and returns them typed, with the declared defaults
+    /// filled in: a job's build function reads its arguments from here.
+    pub fn parse(&self, job: &str, args: &[String]) -> Result<JobArgValues> {
+        self.check(job, args)?;
+        let known: Vec<&str> = self.args.iter().map(|a| a.name).collect();
+        let given = parse_args(args, &known, &[])?;
+        let mut values = std::collections::BTreeMap::new();
+        for spec in self.args {
+            let value = given.get(spec.name).cloned().or_else(|| {
+                // A default that is a description ("3 x --keys") is the job's to compute.
+                spec.default
+                    .filter(|d| spec.kind.check(d).is_ok())
+                    .map(str::to_string)
+            });
+            if let Some(v) = value {
+                values.insert(spec.name, v);
+            }
+        }
+        Ok(JobArgValues {
+            job: job.to_string(),
+            values,
+        })
+    }
+
     /// The job's usage, one line per argument (what `floe jobs` prints).
     pub fn usage(&self, job: &str) -> String {
         let mut out = format!("{job}: {}\n", self.description);
@@ -132,6 +156,60 @@ impl JobSpec {
             out.push_str(&format!("  --{:<20} {value}: {}\n", a.name, a.help));
         }
         out
+    }
+}
+
+/// A job's arguments after [`JobSpec::parse`]: checked against their kinds, defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobArgValues {
+    job: String,
+    values: std::collections::BTreeMap<&'static str, String>,
+}
+
+impl JobArgValues {
+    /// The value given or defaulted, if any.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values.get(name).map(String::as_str)
+    }
+
+    /// A value the declaration requires or defaults.
+    pub fn text(&self, name: &str) -> Result<&str> {
+        self.get(name)
+            .ok_or_else(|| Error::argument(&format!("--{name}"), format!("is required (job {})", self.job)))
+    }
+
+    /// An integer argument (`Positive` or `Count`), if given or defaulted.
+    pub fn opt_u64(&self, name: &str) -> Result<Option<u64>> {
+        self.get(name)
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    Error::argument(
+                        &format!("--{name}"),
+                        format!("expected an integer, got {v:?} (job {})", self.job),
+                    )
+                })
+            })
+            .transpose()
+    }
+
+    /// An integer argument the declaration requires or defaults.
+    pub fn u64(&self, name: &str) -> Result<u64> {
+        self.text(name)?;
+        Ok(self.opt_u64(name)?.unwrap_or_default())
+    }
+
+    /// A number argument (`Rate`), if given or defaulted.
+    pub fn opt_f64(&self, name: &str) -> Result<Option<f64>> {
+        self.get(name)
+            .map(|v| {
+                v.parse::<f64>().map_err(|_| {
+                    Error::argument(
+                        &format!("--{name}"),
+                        format!("expected a number, got {v:?} (job {})", self.job),
+                    )
+                })
+            })
+            .transpose()
     }
 }
 
@@ -181,6 +259,24 @@ mod tests {
         assert!(e.to_string().contains("expected a|b, got \"c\""), "{e}");
         let e = SPEC.check("t", &args(&["--output", "ftp://x"])).unwrap_err();
         assert!(e.to_string().contains("--output"), "{e}");
+    }
+
+    #[test]
+    fn parsed_arguments_are_typed_with_their_defaults() {
+        let a = SPEC
+            .parse("t", &args(&["--output", "/tmp/x", "--events", "7"]))
+            .unwrap();
+        assert_eq!(a.text("output").unwrap(), "/tmp/x");
+        assert_eq!(a.u64("events").unwrap(), 7);
+        assert_eq!(a.text("mode").unwrap(), "a", "the declared default");
+        let a = SPEC.parse("t", &args(&["--output", "/tmp/x"])).unwrap();
+        assert_eq!(a.opt_u64("events").unwrap(), None);
+        let e = a.u64("events").unwrap_err().to_string();
+        assert!(e.contains("--events") && e.contains("(job t)"), "{e}");
+        assert!(
+            SPEC.parse("t", &args(&["--output", "/tmp/x", "--events", "x"]))
+                .is_err()
+        );
     }
 
     #[test]

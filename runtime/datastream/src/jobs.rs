@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::api::StreamExecutionEnvironment;
 use crate::error::{Error, Result};
 use crate::graph::BuiltJob;
-pub use crate::job_spec::{ArgKind, ArgSpec, JobSpec};
+pub use crate::job_spec::{ArgKind, ArgSpec, JobArgValues, JobSpec};
 use crate::operators::Collector;
 
 const WORDCOUNT: JobSpec = JobSpec {

@@ -12,6 +12,7 @@
 
 mod api;
 pub mod checkpoint;
+pub mod connector;
 pub mod data;
 mod error;
 mod graph;
@@ -39,7 +40,9 @@ pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
-pub use jobs::{ArgKind, ArgSpec, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount};
+pub use jobs::{
+    ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,
+};
 pub use latency::LatencyHistogram;
 pub use operators::window::{
     AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,

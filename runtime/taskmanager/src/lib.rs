@@ -61,6 +61,9 @@ pub struct TaskManagerConfig {
     /// How long to keep trying to reach and register with the JobManager at start; `None`:
     /// forever (with backoff), as in a pod.
     pub registration_timeout: Option<Duration>,
+    /// The jobs this TaskManager can run: the same registry (the same build) as the JobManager's,
+    /// which the graph fingerprint of each deployment checks.
+    pub registry: JobRegistry,
 }
 
 /// The TaskManager's shared state.
@@ -213,7 +216,7 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
             jobmanager,
             control: tokio::runtime::Handle::current(),
             shuffle: shuffle.clone(),
-            registry: JobRegistry::builtin(),
+            registry: config.registry.clone(),
             jobs: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             data_dir: config.data_dir.clone(),

@@ -330,6 +330,33 @@ impl StreamExecutionEnvironment {
         DataStream::at(self.shared.clone(), node)
     }
 
+    /// A connector's source ([`crate::connector`]): one reader per subtask, made from all the
+    /// positions its restore gives it.
+    pub(crate) fn connector_source<T, S>(
+        &self,
+        name: &str,
+        make: crate::connector::ReaderFactory<S>,
+    ) -> DataStream<T>
+    where
+        T: Data,
+        S: io::Source<T> + 'static,
+    {
+        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
+            let counted = crate::operators::CountIn {
+                down: downcast::<T>(chain)?,
+                count: 0,
+                metrics: ctx.metrics.clone(),
+            };
+            Ok(Box::new(SourceHead {
+                source: make(ctx)?,
+                chain: Box::new(counted),
+                metrics: ctx.metrics.clone(),
+                watermark: crate::time::MIN_WATERMARK,
+            }) as Box<dyn Head>)
+        });
+        self.add_source("source", format!("Source: {name}"), Par::Default, factory)
+    }
+
     /// A source that sets its records' timestamps and gives its splits' watermarks (the job is
     /// timed): `make` builds one split's source for a subtask.
     pub(crate) fn timed_source<T, S, M>(&self, name: &str, make: M) -> DataStream<T>
@@ -763,6 +790,11 @@ impl<T: Data> DataStream<T> {
     pub fn name(self, name: &str) -> Self {
         lock(&self.shared).nodes[self.node].name = name.to_string();
         self
+    }
+
+    /// A connector's sink ([`crate::connector`]) named `Sink: {name}`.
+    pub(crate) fn connector_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
+        self.add_sink(&format!("Sink: {name}"), factory)
     }
 
     pub(crate) fn add_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {

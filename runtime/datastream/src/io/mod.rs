@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::operators::Op;
 
 mod generator;
-mod sink;
+pub(crate) mod sink;
 mod text;
 
 pub(crate) use generator::*;

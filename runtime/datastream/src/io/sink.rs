@@ -15,6 +15,9 @@ use super::*;
 
 /// The synchronous end of a sink: formats records as text lines into chunks for the async side.
 pub(crate) struct SinkOp<T> {
+    /// A connector's record codec ([`crate::connector`]): records go out as length-prefixed
+    /// frames of these bytes instead of text lines.
+    pub encode: Option<crate::connector::Encoder<T>>,
     pub prefix: Vec<u8>,
     pub buffer: Vec<u8>,
     /// Hand the buffer on once it holds this many bytes (0: at every drain).
@@ -43,11 +46,15 @@ impl<T: Data> SinkOp<T> {
     }
 
     fn write(&mut self, record: &T) {
-        if !self.prefix.is_empty() {
-            self.buffer.extend_from_slice(&self.prefix);
+        if let Some(encode) = &self.encode {
+            crate::connector::write_frame(&mut self.buffer, |out| encode(record, out));
+        } else {
+            if !self.prefix.is_empty() {
+                self.buffer.extend_from_slice(&self.prefix);
+            }
+            record.write_text(&mut self.buffer);
+            self.buffer.push(b'\n');
         }
-        record.write_text(&mut self.buffer);
-        self.buffer.push(b'\n');
         self.count += 1;
         if self.threshold > 0 && self.buffer.len() >= self.threshold {
             let next = Vec::with_capacity(self.next_capacity());
@@ -89,7 +96,28 @@ impl<T: Data> Op<T> for SinkOp<T> {
 
 pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
     let mut op = SinkOp::<T> {
+        encode: None,
         prefix,
+        buffer: Vec::new(),
+        threshold,
+        pending: Vec::new(),
+        count: 0,
+        metrics,
+        _t: std::marker::PhantomData,
+    };
+    op.buffer.reserve(op.next_capacity());
+    Box::new(op)
+}
+
+/// The synchronous end of a connector's sink: records encoded by `encode` into frames.
+pub(crate) fn framed_sink_op<T: Data>(
+    encode: crate::connector::Encoder<T>,
+    threshold: usize,
+    metrics: Arc<TaskMetrics>,
+) -> BoxOp<T> {
+    let mut op = SinkOp::<T> {
+        encode: Some(encode),
+        prefix: Vec::new(),
         buffer: Vec::new(),
         threshold,
         pending: Vec::new(),
@@ -103,7 +131,7 @@ pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<T
 
 /// The asynchronous end of a sink: the writer and committer of the unified sink model (seed 000).
 #[async_trait]
-pub(crate) trait SinkIo: Send {
+pub trait SinkIo: Send {
     async fn write(&mut self, bytes: Bytes) -> Result<()>;
     /// A checkpoint barrier: close what was written since the last one as pending commit and say
     /// what the committer needs after a restore.

@@ -69,30 +69,7 @@ impl Event {
     }
 }
 
-/// Encodes and decodes record fields in order (the record codec of every model type).
-macro_rules! fields_codec {
-    ($ty:ident { $($field:ident),* }) => {
-        impl Data for $ty {
-            fn encode(&self, out: &mut Vec<u8>) {
-                $(self.$field.encode(out);)*
-            }
-            fn decode(input: &mut &[u8]) -> Result<Self> {
-                Ok($ty { $($field: Data::decode(input)?),* })
-            }
-            fn write_text(&self, out: &mut Vec<u8>) {
-                let mut first = true;
-                $(
-                    if !std::mem::take(&mut first) {
-                        out.push(b'\t');
-                    }
-                    self.$field.write_text(out);
-                )*
-            }
-        }
-    };
-}
-
-fields_codec!(Person {
+crate::data_fields!(Person {
     id,
     name,
     email_address,
@@ -102,7 +79,7 @@ fields_codec!(Person {
     date_time,
     extra
 });
-fields_codec!(Auction {
+crate::data_fields!(Auction {
     id,
     item_name,
     description,
@@ -114,7 +91,7 @@ fields_codec!(Auction {
     category,
     extra
 });
-fields_codec!(Bid {
+crate::data_fields!(Bid {
     auction,
     bidder,
     price,

@@ -1,0 +1,378 @@
+//! The `floe` command line as a library call: [`main`] parses the arguments and runs `plan`, `jobs`,
+//! `run`, `jobmanager`, `taskmanager` or `gen-words` with the jobs of the registry it is given, so a
+//! user's crate that registers its own jobs gets the same command (and its `floe run` starts its own
+//! binary as the JobManager and TaskManagers). Errors map to exit codes: 2 for bad input, as clap
+//! does for bad arguments; 1 for a job that did not finish.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use floe_datastream::JobRegistry;
+use floe_scheduler::{BatchShuffleMode, Plan};
+
+use crate::plan_cmd::{self, Format};
+use crate::{application, generate, graph_file, run_cmd};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "floe",
+    version,
+    about = "Floe: Flink's runtime ideas, Kubernetes-native, in Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show a job's plan: vertices, pipelined regions and slot placement.
+    Plan {
+        /// A JobGraph in YAML (vertices and edges).
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        graph: Option<PathBuf>,
+        /// A FlinkJob manifest: plans the registered job it names on its TaskManagers.
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        /// execution.batch-shuffle-mode: ALL_EXCHANGES_BLOCKING, FORWARD_EXCHANGES_PIPELINED,
+        /// POINTWISE_EXCHANGES_PIPELINED or ALL_EXCHANGES_PIPELINED (default: the manifest's, else
+        /// ALL_EXCHANGES_BLOCKING).
+        #[arg(long)]
+        shuffle_mode: Option<String>,
+        /// Number of TaskManagers (default: one with just the slots the job needs).
+        #[arg(long, requires = "slots")]
+        taskmanagers: Option<u32>,
+        /// Slots per TaskManager.
+        #[arg(long)]
+        slots: Option<u32>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// List the registered jobs and the arguments each takes.
+    Jobs,
+    /// Run a FlinkJob manifest on a local cluster of real processes.
+    Run {
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Where the cluster keeps logs and blocking shuffle files (default: a fresh temp directory).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+    },
+    /// Run a JobManager.
+    Jobmanager {
+        #[arg(long, default_value = "127.0.0.1:6123")]
+        rpc_address: SocketAddr,
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        rest_address: SocketAddr,
+        #[arg(long, default_value_t = 1000)]
+        heartbeat_interval_ms: u64,
+        #[arg(long, default_value_t = 10_000)]
+        heartbeat_timeout_ms: u64,
+        #[arg(long, default_value_t = 60)]
+        slot_request_timeout_s: u64,
+        /// Exit when standard input closes (used by `floe run` so children die with it).
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
+        /// Application mode: submit the job of this FlinkJob manifest at start (as the operator's
+        /// JobManager pods do), and keep serving its status after it ends.
+        #[arg(long)]
+        job_file: Option<PathBuf>,
+        /// Configuration of this process, Flink's dynamic properties: `-Dkey=value` (the
+        /// `security.ssl.internal.*` keys). A manifest's configuration counts too.
+        #[arg(short = 'D', value_name = "KEY=VALUE", value_parser = property)]
+        properties: Vec<(String, String)>,
+    },
+    /// Run a TaskManager that offers slots to a JobManager.
+    Taskmanager {
+        /// host:port of the JobManager's RPC endpoint.
+        #[arg(long)]
+        jobmanager: String,
+        #[arg(long, default_value_t = 1)]
+        slots: u32,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        bind: SocketAddr,
+        /// Host (name or IP) peers reach this TaskManager at, when it binds a wildcard address (a
+        /// pod's IP, a container's name). Default: the bound address.
+        #[arg(long)]
+        advertise_host: Option<String>,
+        /// Default: taskmanager-<pid>.
+        #[arg(long)]
+        id: Option<String>,
+        /// Local directory for blocking shuffle partitions (default: a temp directory).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Give up (exit 1) when no JobManager took the registration within this many seconds.
+        /// Default: keep trying, with backoff up to 10 s, as a pod should.
+        #[arg(long)]
+        registration_timeout_s: Option<u64>,
+        /// Configuration of this process, Flink's dynamic properties: `-Dkey=value` (the
+        /// `security.ssl.internal.*` keys).
+        #[arg(short = 'D', value_name = "KEY=VALUE", value_parser = property)]
+        properties: Vec<(String, String)>,
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
+    },
+    /// Write seeded, Zipf-distributed lines of words (WordCount input) to a file, or to an object
+    /// (`s3://bucket/key`, credentials and endpoint from AWS_* environment variables).
+    GenWords {
+        #[arg(long)]
+        output: String,
+        /// Size in MiB.
+        #[arg(long, default_value_t = 10)]
+        mib: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+/// `key=value` of `-D`.
+fn property(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+/// A failure and the exit code it maps to.
+struct Failure {
+    code: u8,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure {
+            code: 2,
+            error: e.into(),
+        }
+    }
+}
+
+/// Runs the `floe` command line (the process's arguments) with the jobs of `registry`: a user's
+/// binary is `fn main() -> ExitCode { floe::main(my_jobs()) }`. Returns the exit code.
+pub fn main(registry: JobRegistry) -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Jobmanager { .. } | Command::Taskmanager { .. } => "info",
+        _ => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli, registry) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure {
+            code: 1,
+            error: e.into(),
+        })
+}
+
+/// Exits the process when stdin reaches end of file (the parent is gone).
+fn exit_on_stdin_eof() {
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+}
+
+fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
+    match cli.command {
+        Command::Plan {
+            graph,
+            file,
+            shuffle_mode,
+            taskmanagers,
+            slots,
+            format,
+        } => {
+            let (job, mode, manifest_offer) = match (graph, file) {
+                (Some(graph), _) => {
+                    let mode: BatchShuffleMode = shuffle_mode
+                        .as_deref()
+                        .unwrap_or("ALL_EXCHANGES_BLOCKING")
+                        .parse()?;
+                    (graph_file::load(&graph, mode)?, mode.name(), None)
+                }
+                (None, Some(file)) => {
+                    let manifest = run_cmd::load_manifest(&file)?;
+                    let job = plan_cmd::manifest_job(&manifest, &registry, shuffle_mode.as_deref())?;
+                    (job.graph, job.mode, Some(job.offer))
+                }
+                (None, None) => unreachable!("clap requires --graph or -f"),
+            };
+            let offer = match (taskmanagers, slots) {
+                (Some(n), Some(m)) => Some(vec![m; n as usize]),
+                // --slots alone: as many TaskManagers of that size as the job needs.
+                (None, Some(m)) if m > 0 => {
+                    let needed = floe_scheduler::slots::slots_needed(&floe_scheduler::ExecutionGraph::new(
+                        job.clone(),
+                    ));
+                    Some(vec![m; needed.div_ceil(m as usize).max(1)])
+                }
+                _ => manifest_offer,
+            };
+            let plan = Plan::new(job, offer.as_deref())?;
+            let view = plan.view();
+            match format {
+                Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
+                Format::Text => print!("{}", plan_cmd::render_text(&view, mode)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Jobs => {
+            print!("{}", registry.usage());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Run { file, work_dir } => {
+            let manifest = run_cmd::load_manifest(&file)?;
+            // Bad input like the manifest's own errors (exit 2), before any process starts.
+            run_cmd::preflight(&manifest, &registry)?;
+            let work_dir = work_dir
+                .unwrap_or_else(|| std::env::temp_dir().join(format!("floe-run-{}", std::process::id())));
+            let rt = runtime()?;
+            let outcome = rt.block_on(async {
+                tokio::select! {
+                    r = run_cmd::run(&manifest, &work_dir) => r.map(Some),
+                    // Dropping the run future drops the cluster, which kills every child.
+                    _ = tokio::signal::ctrl_c() => Ok(None),
+                }
+            });
+            match outcome {
+                Ok(Some(o)) if o.status == "FINISHED" => Ok(ExitCode::SUCCESS),
+                Ok(Some(_)) => Ok(ExitCode::from(1)),
+                Ok(None) => {
+                    eprintln!("\ninterrupted: local cluster stopped");
+                    Ok(ExitCode::from(130))
+                }
+                Err(e) => Err(Failure { code: 1, error: e }),
+            }
+        }
+        Command::Jobmanager {
+            rpc_address,
+            rest_address,
+            heartbeat_interval_ms,
+            heartbeat_timeout_ms,
+            slot_request_timeout_s,
+            exit_on_stdin_eof: eof,
+            job_file,
+            properties,
+        } => {
+            if eof {
+                exit_on_stdin_eof();
+            }
+            let application = job_file.as_deref().map(run_cmd::load_manifest).transpose()?;
+            let mut conf = application
+                .as_ref()
+                .map(|m| m.job_configuration())
+                .unwrap_or_default();
+            conf.extend(properties);
+            floe_proto::tls::install(&conf).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
+            let config = floe_jobmanager::JobManagerConfig {
+                rpc_address,
+                rest_address,
+                heartbeat_interval: Duration::from_millis(heartbeat_interval_ms),
+                heartbeat_timeout: Duration::from_millis(heartbeat_timeout_ms),
+                slot_request_timeout: Duration::from_secs(slot_request_timeout_s),
+                ..floe_jobmanager::JobManagerConfig::default()
+            };
+            let jm = floe_jobmanager::JobManager::new(config, registry);
+            runtime()?
+                .block_on(async {
+                    tokio::select! {
+                        served = application::serve(jm, application) => served,
+                        // In a pod this process is PID 1: without a handler SIGTERM does nothing
+                        // and every suspend or upgrade waits for the kill. The listeners close
+                        // with the process; a JobManager that takes over resumes from the log.
+                        () = terminated() => {
+                            tracing::info!("SIGTERM: the JobManager stops");
+                            Ok(())
+                        }
+                    }
+                })
+                .map_err(|e| Failure { code: 1, error: e })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Taskmanager {
+            jobmanager,
+            slots,
+            bind,
+            advertise_host,
+            id,
+            data_dir,
+            registration_timeout_s,
+            exit_on_stdin_eof: eof,
+            properties,
+        } => {
+            if eof {
+                exit_on_stdin_eof();
+            }
+            floe_proto::tls::install(&properties.into_iter().collect()).map_err(|e| Failure {
+                code: 2,
+                error: e.into(),
+            })?;
+            let id = id.unwrap_or_else(|| format!("taskmanager-{}", std::process::id()));
+            let data_dir = data_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("floe-{id}")));
+            let config = floe_taskmanager::TaskManagerConfig {
+                jobmanager,
+                bind,
+                advertise_host,
+                slots,
+                id,
+                data_dir,
+                registration_timeout: registration_timeout_s.map(Duration::from_secs),
+                registry,
+            };
+            runtime()?
+                .block_on(floe_taskmanager::run_until(config, terminated()))
+                .map_err(|e| Failure {
+                    code: 1,
+                    error: e.into(),
+                })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::GenWords { output, mib, seed } => {
+            let bytes = mib * 1024 * 1024;
+            let written = if output.contains("://") {
+                generate::upload_words(&output, bytes, seed)?
+            } else {
+                generate::write_words(std::path::Path::new(&output), bytes, seed)?
+            };
+            eprintln!("wrote {output} ({written} bytes, seed {seed})");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Resolves when the process gets SIGTERM (never, if the handler cannot be installed).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(e) => {
+            tracing::warn!("cannot handle SIGTERM: {e}");
+            std::future::pending::<()>().await
+        }
+    }
+}

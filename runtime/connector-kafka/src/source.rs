@@ -1,0 +1,581 @@
+//! The Kafka source: each partition is a split, owned by one subtask, read from an offset the
+//! checkpoint records (Flink's `KafkaSource`; the consumer group's committed offsets are for
+//! monitoring only).
+//!
+//! Which subtask owns a partition: the one the checkpoint's position of that partition was dealt
+//! to on a restore; otherwise (a fresh start, or a partition created later) Flink's rule,
+//! `(hash(topic) * 31 + partition) % parallelism`. Every position also carries how many partitions
+//! of each topic were known when it was taken, so a restored subtask tells a partition created
+//! since (read from the earliest offset by its owner) from one another subtask was dealt.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use floe_datastream::connector::{ConnectorContext, SourceReader};
+use floe_datastream::{Collector, Data, Result};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use crate::options::{SourceOptions, StartingOffsets, Subscription};
+use crate::records::{ConsumedRecord, Deserializer};
+use crate::{error, kafka_error};
+
+/// How long a metadata or offsets request may take before the source gives up on the brokers.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Records a poll hands on at most, so barriers and timers get their turn.
+const MAX_BATCH: usize = 2_000;
+
+/// One partition's place in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    topic: String,
+    partition: i32,
+    /// The next offset to read.
+    offset: i64,
+    /// Bounded: the offset the partition ends at (exclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stop: Option<i64>,
+    /// Partitions per topic known when the position was taken.
+    known: BTreeMap<String, i32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Owned {
+    next: i64,
+    stop: Option<i64>,
+}
+
+impl Owned {
+    fn done(&self) -> bool {
+        self.stop.is_some_and(|s| self.next >= s)
+    }
+}
+
+/// Flink's `KafkaSourceEnumerator.getSplitOwner`, with a hash of the topic that is the same in
+/// every process (FNV-1a).
+pub fn owner(topic: &str, partition: i32, parallelism: u32) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in topic.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let start = (h.wrapping_mul(31) & 0x7FFF_FFFF) % parallelism.max(1);
+    (start + partition.unsigned_abs()) % parallelism.max(1)
+}
+
+/// A subtask's reader of the partitions it owns.
+pub struct KafkaSourceReader<T> {
+    options: Arc<SourceOptions>,
+    deserialize: Deserializer<T>,
+    consumer: Arc<BaseConsumer>,
+    subtask: u32,
+    parallelism: u32,
+    /// `None`: a fresh start; `Some(positions)` the positions a restore dealt this subtask.
+    restored: Option<Vec<Position>>,
+    started: bool,
+    owned: BTreeMap<(String, i32), Owned>,
+    known: BTreeMap<String, i32>,
+    last_discovery: Instant,
+    discovery: Option<tokio::task::JoinHandle<Result<BTreeMap<String, i32>>>>,
+    pattern: Option<regex_lite::Regex>,
+}
+
+impl<T> std::fmt::Debug for KafkaSourceReader<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSourceReader")
+            .field("subtask", &self.subtask)
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
+
+impl<T: Data> KafkaSourceReader<T> {
+    pub fn new(
+        options: Arc<SourceOptions>,
+        deserialize: Deserializer<T>,
+        ctx: &ConnectorContext,
+    ) -> Result<Self> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &options.bootstrap_servers)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", "read_committed")
+            .set("client.id", format!("floe-source-{}", ctx.subtask));
+        if let Some(group) = &options.group_id {
+            config.set("group.id", group);
+        }
+        for (k, v) in &options.properties {
+            config.set(k, v);
+        }
+        let consumer: BaseConsumer = config.create().map_err(|e| {
+            error(format!(
+                "cannot make a consumer for {}: {e}",
+                options.bootstrap_servers
+            ))
+        })?;
+        let pattern = match &options.subscription {
+            Subscription::Pattern(p) => Some(
+                regex_lite::Regex::new(&format!("^(?:{p})$"))
+                    .map_err(|e| error(format!("topic pattern {p:?}: {e}")))?,
+            ),
+            Subscription::Topics(_) => None,
+        };
+        let restored = match &ctx.restored {
+            None => None,
+            Some((checkpoint, positions)) => Some(
+                positions
+                    .iter()
+                    .map(|p| {
+                        serde_json::from_str::<Position>(p).map_err(|e| floe_datastream::Error::Restore {
+                            checkpoint: *checkpoint,
+                            message: format!("Kafka source position {p:?}: {e}"),
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            ),
+        };
+        Ok(KafkaSourceReader {
+            options,
+            deserialize,
+            consumer: Arc::new(consumer),
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            restored,
+            started: false,
+            owned: BTreeMap::new(),
+            known: BTreeMap::new(),
+            last_discovery: Instant::now(),
+            discovery: None,
+            pattern,
+        })
+    }
+
+    fn mine(&self, topic: &str, partition: i32) -> bool {
+        owner(topic, partition, self.parallelism) == self.subtask
+    }
+
+    async fn partitions(&self) -> Result<BTreeMap<String, i32>> {
+        list_partitions(self.consumer.clone(), self.options.clone(), self.pattern.clone()).await
+    }
+
+    /// Concrete starting offsets of partitions this reader starts fresh, and their stops when
+    /// bounded.
+    async fn resolve(
+        &self,
+        fresh: Vec<(String, i32)>,
+        starting: StartingOffsets,
+    ) -> Result<Vec<((String, i32), Owned)>> {
+        let consumer = self.consumer.clone();
+        let options = self.options.clone();
+        blocking(move || {
+            let servers = &options.bootstrap_servers;
+            let mut out = Vec::new();
+            let mut by_time = TopicPartitionList::new();
+            let mut committed = TopicPartitionList::new();
+            for (topic, partition) in &fresh {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, *partition, REQUEST_TIMEOUT)
+                    .map_err(|e| unreachable(servers, &e))?;
+                let stop = options.bounded.then_some(high);
+                let next = match starting {
+                    StartingOffsets::Earliest => low,
+                    StartingOffsets::Latest => high,
+                    StartingOffsets::Timestamp(ms) => {
+                        by_time
+                            .add_partition_offset(topic, *partition, Offset::Offset(ms))
+                            .map_err(kafka_error)?;
+                        high
+                    }
+                    StartingOffsets::Committed => {
+                        committed.add_partition(topic, *partition);
+                        low
+                    }
+                };
+                out.push(((topic.clone(), *partition), Owned { next, stop }));
+            }
+            let mut found = BTreeMap::new();
+            if by_time.count() > 0 {
+                let times = consumer
+                    .offsets_for_times(by_time, REQUEST_TIMEOUT)
+                    .map_err(|e| unreachable(servers, &e))?;
+                for e in times.elements() {
+                    // No record at or after the time: the partition's end (set above).
+                    if let Some(o) = e.offset().to_raw().filter(|o| *o >= 0) {
+                        found.insert((e.topic().to_string(), e.partition()), o);
+                    }
+                }
+            }
+            if committed.count() > 0 {
+                if options.group_id.is_none() {
+                    return Err(error("starting offsets committed: need a group id (group.id)"));
+                }
+                let offsets = consumer
+                    .committed_offsets(committed, REQUEST_TIMEOUT)
+                    .map_err(|e| unreachable(servers, &e))?;
+                for e in offsets.elements() {
+                    if let Some(o) = e.offset().to_raw().filter(|o| *o >= 0) {
+                        found.insert((e.topic().to_string(), e.partition()), o);
+                    }
+                }
+            }
+            for (key, owned) in &mut out {
+                if let Some(o) = found.get(key) {
+                    owned.next = *o;
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Earliest offsets of partitions created while the job runs.
+    async fn earliest(&self, new: Vec<(String, i32)>) -> Result<Vec<((String, i32), Owned)>> {
+        self.resolve(new, StartingOffsets::Earliest).await.map(|v| {
+            v.into_iter()
+                .map(|(k, o)| {
+                    (
+                        k,
+                        Owned {
+                            next: o.next,
+                            stop: None,
+                        },
+                    )
+                })
+                .collect()
+        })
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        let now = self.partitions().await?;
+        match self.restored.take() {
+            None => {
+                let fresh: Vec<(String, i32)> = now
+                    .iter()
+                    .flat_map(|(t, n)| (0..*n).map(move |p| (t.clone(), p)))
+                    .filter(|(t, p)| self.mine(t, *p))
+                    .collect();
+                let resolved = self.resolve(fresh, self.options.starting_offsets).await?;
+                self.owned.extend(resolved);
+                self.known = now;
+            }
+            Some(positions) => {
+                let mut known = BTreeMap::new();
+                for p in &positions {
+                    for (t, n) in &p.known {
+                        let k = known.entry(t.clone()).or_insert(0);
+                        *k = (*k).max(*n);
+                    }
+                    self.owned.insert(
+                        (p.topic.clone(), p.partition),
+                        Owned {
+                            next: p.offset,
+                            stop: p.stop,
+                        },
+                    );
+                }
+                // A subtask dealt no position cannot tell what was known at the checkpoint: it
+                // takes what exists now as known (a partition created between the checkpoint
+                // and this restore whose owner is such a subtask is read by no one).
+                self.known = if positions.is_empty() { now.clone() } else { known };
+                self.adopt(now).await?;
+            }
+        }
+        self.assign()?;
+        self.started = true;
+        Ok(())
+    }
+
+    /// Takes the partitions of `now` not known before that this subtask owns, from the earliest
+    /// offset (unbounded sources only: a bounded one reads what existed when it started).
+    async fn adopt(&mut self, now: BTreeMap<String, i32>) -> Result<bool> {
+        if self.options.bounded {
+            return Ok(false);
+        }
+        let new: Vec<(String, i32)> = now
+            .iter()
+            .flat_map(|(t, n)| {
+                let from = self.known.get(t).copied().unwrap_or(0);
+                (from..*n).map(move |p| (t.clone(), p))
+            })
+            .filter(|(t, p)| self.mine(t, *p) && !self.owned.contains_key(&(t.clone(), *p)))
+            .collect();
+        for (t, n) in &now {
+            let k = self.known.entry(t.clone()).or_insert(0);
+            *k = (*k).max(*n);
+        }
+        if new.is_empty() {
+            return Ok(false);
+        }
+        tracing::info!(subtask = self.subtask, ?new, "Kafka source: new partitions");
+        let resolved = self.earliest(new).await?;
+        self.owned.extend(resolved);
+        Ok(true)
+    }
+
+    fn assign(&self) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), o) in &self.owned {
+            if !o.done() {
+                tpl.add_partition_offset(topic, *partition, Offset::Offset(o.next))
+                    .map_err(kafka_error)?;
+            }
+        }
+        self.consumer.assign(&tpl).map_err(kafka_error)
+    }
+
+    /// Moves each partition's next offset to the consumer's position (past control records and
+    /// transactions aborted at the end of a partition), so a bounded partition ends.
+    fn catch_up_positions(&mut self) {
+        if let Ok(positions) = self.consumer.position() {
+            for e in positions.elements() {
+                if let (Some(o), Some(owned)) = (
+                    e.offset().to_raw(),
+                    self.owned.get_mut(&(e.topic().to_string(), e.partition())),
+                ) && o > owned.next
+                {
+                    owned.next = o;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
+    async fn poll_next(&mut self, out: &mut dyn Collector<T>) -> Result<bool> {
+        if !self.started {
+            self.start().await?;
+        }
+        // Discovery in the background; its result adopted once it is in.
+        if let Some(handle) = self.discovery.take_if(|h| h.is_finished()) {
+            match handle.await {
+                Ok(Ok(now)) => {
+                    if self.adopt(now).await? {
+                        self.assign()?;
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!("Kafka partition discovery failed: {e}"),
+                Err(e) => tracing::warn!("Kafka partition discovery failed: {e}"),
+            }
+        }
+        if let Some(interval) = self.options.discovery_interval
+            && !self.options.bounded
+            && self.discovery.is_none()
+            && self.last_discovery.elapsed() >= interval
+        {
+            self.last_discovery = Instant::now();
+            self.discovery = Some(tokio::spawn(list_partitions(
+                self.consumer.clone(),
+                self.options.clone(),
+                self.pattern.clone(),
+            )));
+        }
+        if self.options.bounded && self.owned.values().all(Owned::done) {
+            return Ok(false);
+        }
+        let mut emitted = 0;
+        let mut eof = false;
+        while emitted < MAX_BATCH {
+            let Some(message) = self.consumer.poll(Duration::ZERO) else {
+                break;
+            };
+            match message {
+                Ok(m) => {
+                    let key = (m.topic().to_string(), m.partition());
+                    let Some(owned) = self.owned.get_mut(&key) else {
+                        continue;
+                    };
+                    if owned.done() || m.offset() < owned.next {
+                        continue;
+                    }
+                    let record = ConsumedRecord {
+                        topic: m.topic(),
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        timestamp: m.timestamp().to_millis(),
+                        key: m.key(),
+                        value: m.payload(),
+                    };
+                    let value = (self.deserialize)(&record).map_err(|e| {
+                        error(format!(
+                            "record at topic {} partition {} offset {} does not deserialize: {e}",
+                            m.topic(),
+                            m.partition(),
+                            m.offset()
+                        ))
+                    })?;
+                    owned.next = m.offset() + 1;
+                    out.collect(value);
+                    emitted += 1;
+                }
+                Err(KafkaError::PartitionEOF(_)) => eof = true,
+                Err(e) => {
+                    if is_fatal(&e) {
+                        return Err(error(format!(
+                            "consuming from {}: {e}",
+                            self.options.bootstrap_servers
+                        )));
+                    }
+                    tracing::warn!("Kafka source: {e}");
+                }
+            }
+        }
+        if eof && self.options.bounded {
+            self.catch_up_positions();
+            if self.owned.values().all(Owned::done) {
+                return Ok(false);
+            }
+        }
+        if emitted == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(true)
+    }
+
+    fn positions(&self) -> Vec<String> {
+        if !self.started
+            && let Some(restored) = &self.restored
+        {
+            return restored
+                .iter()
+                .map(|p| serde_json::to_string(p).unwrap_or_default())
+                .collect();
+        }
+        let positions: Vec<String> = self
+            .owned
+            .iter()
+            .map(|((topic, partition), o)| {
+                serde_json::to_string(&Position {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: o.next,
+                    stop: o.stop,
+                    known: self.known.clone(),
+                })
+                .unwrap_or_default()
+            })
+            .collect();
+        // The group's offsets, for monitoring (lag in Kafka's tools); restores use the checkpoint.
+        if self.options.group_id.is_some() && !self.owned.is_empty() {
+            let mut tpl = TopicPartitionList::new();
+            for ((topic, partition), o) in &self.owned {
+                let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(o.next));
+            }
+            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+                tracing::debug!("Kafka source: committing offsets for monitoring: {e}");
+            }
+        }
+        positions
+    }
+}
+
+/// Partitions per topic now: the named topics (each must exist) or those the pattern matches.
+async fn list_partitions(
+    consumer: Arc<BaseConsumer>,
+    options: Arc<SourceOptions>,
+    pattern: Option<regex_lite::Regex>,
+) -> Result<BTreeMap<String, i32>> {
+    blocking(move || {
+        let servers = &options.bootstrap_servers;
+        let mut out = BTreeMap::new();
+        match &options.subscription {
+            Subscription::Topics(topics) => {
+                for topic in topics {
+                    let metadata = consumer
+                        .fetch_metadata(Some(topic), REQUEST_TIMEOUT)
+                        .map_err(|e| unreachable(servers, &e))?;
+                    let t = metadata.topics().iter().find(|t| t.name() == topic);
+                    match t {
+                        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+                            out.insert(topic.clone(), t.partitions().len() as i32);
+                        }
+                        Some(t) if t.error().is_some() => {
+                            return Err(error(format!(
+                                "topic {topic:?} does not exist on {servers} ({:?})",
+                                t.error().map(rdkafka::error::RDKafkaErrorCode::from)
+                            )));
+                        }
+                        _ => return Err(error(format!("topic {topic:?} does not exist on {servers}"))),
+                    }
+                }
+            }
+            Subscription::Pattern(_) => {
+                let metadata = consumer
+                    .fetch_metadata(None, REQUEST_TIMEOUT)
+                    .map_err(|e| unreachable(servers, &e))?;
+                for t in metadata.topics() {
+                    if t.error().is_none()
+                        && !t.name().starts_with("__")
+                        && pattern.as_ref().is_some_and(|p| p.is_match(t.name()))
+                    {
+                        out.insert(t.name().to_string(), t.partitions().len() as i32);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await
+}
+
+/// Errors no retry fixes (librdkafka retries transport failures itself).
+fn is_fatal(e: &KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::TopicAuthorizationFailed | C::GroupAuthorizationFailed | C::Fatal | C::InvalidArgument)
+    )
+}
+
+fn unreachable(servers: &str, e: &KafkaError) -> floe_datastream::Error {
+    error(format!(
+        "cannot reach the Kafka brokers at {servers} (bootstrap.servers): {e}"
+    ))
+}
+
+/// Runs a blocking librdkafka call off the task's thread.
+async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| error(format!("Kafka request: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_partition_has_one_owner_spread_over_the_subtasks() {
+        for p in [1u32, 2, 3, 7] {
+            let mut counts = vec![0; p as usize];
+            for partition in 0..(p as i32 * 4) {
+                let o = owner("events", partition, p);
+                assert!(o < p);
+                counts[o as usize] += 1;
+            }
+            // Consecutive partitions go to consecutive subtasks, as in Flink.
+            assert!(counts.iter().all(|c| *c == 4), "{counts:?}");
+        }
+    }
+
+    #[test]
+    fn positions_round_trip() {
+        let p = Position {
+            topic: "t".into(),
+            partition: 3,
+            offset: 17,
+            stop: Some(20),
+            known: BTreeMap::from([("t".into(), 4)]),
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Position>(&text).unwrap(), p);
+    }
+}

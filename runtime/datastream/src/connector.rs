@@ -1,0 +1,184 @@
+//! What a connector crate (Kafka, in `floe-connector-kafka`) plugs into: a source reader that emits
+//! records and says where each of its splits is (the position a checkpoint records and a restore,
+//! rescaled or not, deals out again), and a sink writer that gets records as encoded frames and
+//! takes part in checkpoints (pre-commit at the barrier, commit when the checkpoint completes), as
+//! the built-in file source and sink do.
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::api::{DataStream, DataStreamSink, StreamExecutionEnvironment};
+use crate::data::Data;
+use crate::error::Result;
+use crate::operators::{Collector, Op, OpContext, erase};
+
+pub use crate::io::sink::SinkIo as SinkWriter;
+
+/// Encodes a record for a connector's sink (the frame's bytes).
+pub type Encoder<T> = Arc<dyn Fn(&T, &mut Vec<u8>) + Send + Sync>;
+
+/// The subtask a source reader or sink writer runs as.
+#[derive(Debug, Clone)]
+pub struct ConnectorContext {
+    pub subtask: u32,
+    pub parallelism: u32,
+    /// The execution attempt (0 first; a restart counts up).
+    pub attempt: u64,
+    /// The job's configuration (`spec.configuration`): object storage, job storage, connector keys.
+    pub configuration: BTreeMap<String, String>,
+    /// `execution.checkpointing.interval` is set: sinks commit per checkpoint.
+    pub checkpointing: bool,
+    /// Restored from this checkpoint: `Some((checkpoint, states))`, the split positions (sources)
+    /// or committer states (sinks) this subtask takes over; after a rescale any number, none for
+    /// a subtask the rescale added. `None`: a fresh start.
+    pub restored: Option<(u64, Vec<String>)>,
+}
+
+impl ConnectorContext {
+    fn of(ctx: &OpContext, sink: bool) -> Self {
+        ConnectorContext {
+            subtask: ctx.subtask,
+            parallelism: ctx.parallelism,
+            attempt: ctx.attempt,
+            configuration: ctx.configuration.clone(),
+            checkpointing: ctx.checkpointing,
+            restored: ctx.restore.as_ref().map(|r| {
+                let states = if sink { r.sinks.clone() } else { r.sources.clone() };
+                (r.checkpoint, states)
+            }),
+        }
+    }
+}
+
+/// A connector's source: one per subtask, reading the splits that subtask owns.
+#[async_trait]
+pub trait SourceReader<T>: Send {
+    /// Emits the records available now (a bounded batch; waits at most briefly when there are
+    /// none, so checkpoint barriers are not held up); `Ok(false)` once the source has ended.
+    async fn poll_next(&mut self, out: &mut dyn Collector<T>) -> Result<bool>;
+    /// Where each split this reader owns continues from, one string per split: what a checkpoint
+    /// records, and what a restore deals out to the subtasks again.
+    fn positions(&self) -> Vec<String>;
+    /// Records due but not read yet (Flink's `pendingRecords`, e.g. a Kafka consumer's lag).
+    fn pending(&self) -> Option<u64> {
+        None
+    }
+}
+
+struct ReaderSource<R, T> {
+    reader: R,
+    _t: PhantomData<fn() -> T>,
+}
+
+#[async_trait]
+impl<T: Data, R: SourceReader<T>> crate::io::Source<T> for ReaderSource<R, T> {
+    async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool> {
+        self.reader.poll_next(out).await
+    }
+
+    fn position(&self) -> String {
+        match self.reader.positions().as_slice() {
+            [one] => one.clone(),
+            many => serde_json::to_string(many).unwrap_or_default(),
+        }
+    }
+
+    fn restore(&mut self, _: &str) -> std::result::Result<(), String> {
+        Err("a connector's reader is made from its restored positions".into())
+    }
+
+    fn pending(&self) -> Option<u64> {
+        self.reader.pending()
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// A connector's source named `name`: `make` builds each subtask's reader (restored ones from
+    /// the positions the restore gives them).
+    pub fn from_source<T, R, M>(&self, name: &str, make: M) -> DataStream<T>
+    where
+        T: Data,
+        R: SourceReader<T> + 'static,
+        M: Fn(&ConnectorContext) -> Result<R> + Send + Sync + 'static,
+    {
+        self.connector_source(
+            name,
+            Arc::new(move |ctx: &OpContext| {
+                let reader = make(&ConnectorContext::of(ctx, false))?;
+                Ok(ReaderSource {
+                    reader,
+                    _t: PhantomData,
+                })
+            }),
+        )
+    }
+}
+
+/// Makes a connector's reader for a subtask (as the graph keeps it).
+pub(crate) type ReaderFactory<S> = Arc<dyn Fn(&OpContext) -> Result<S> + Send + Sync>;
+
+impl<T: Data> DataStream<T> {
+    /// A connector's sink named `name`: `encode` turns each record into the bytes of a frame,
+    /// `make` builds each subtask's writer, which gets the frames in chunks ([`frames`]).
+    pub fn sink_to<W, M>(
+        &self,
+        name: &str,
+        encode: impl Fn(&T, &mut Vec<u8>) + Send + Sync + 'static,
+        make: M,
+    ) -> DataStreamSink
+    where
+        W: SinkWriter + 'static,
+        M: Fn(&ConnectorContext) -> Result<W> + Send + Sync + 'static,
+    {
+        let encode: Encoder<T> = Arc::new(encode);
+        self.connector_sink(
+            name,
+            Arc::new(move |ctx: &OpContext, metrics| {
+                let op = crate::io::framed_sink_op(encode.clone(), 256 << 10, metrics);
+                let writer = make(&ConnectorContext::of(ctx, true))?;
+                Ok((erase::<T>(op), Box::new(writer) as Box<dyn SinkWriter>))
+            }),
+        )
+    }
+}
+
+/// Appends one frame: a 4-byte little-endian length, then what `write` puts.
+pub(crate) fn write_frame(buffer: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = buffer.len();
+    buffer.extend_from_slice(&[0; 4]);
+    write(buffer);
+    let len = u32::try_from(buffer.len() - at - 4).unwrap_or(u32::MAX);
+    buffer[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The frames of a chunk a connector's sink writer got, in order.
+pub fn frames(mut chunk: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        if chunk.len() < 4 {
+            return None;
+        }
+        let len = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]) as usize;
+        let end = (4 + len).min(chunk.len());
+        let frame = &chunk[4..end];
+        chunk = &chunk[end..];
+        Some(frame)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_come_back_as_written() {
+        let mut buffer = Vec::new();
+        for word in ["a", "", "three"] {
+            write_frame(&mut buffer, |out| out.extend_from_slice(word.as_bytes()));
+        }
+        let got: Vec<&[u8]> = frames(&buffer).collect();
+        assert_eq!(got, vec![&b"a"[..], b"", b"three"]);
+    }
+}
