@@ -44,10 +44,16 @@ pub trait KafkaSourceExt {
 
 impl KafkaSourceExt for StreamExecutionEnvironment {
     fn kafka_source<T: Data>(&self, options: SourceOptions, deserialize: Deserializer<T>) -> DataStream<T> {
+        let timed = options.watermark_out_of_orderness.is_some();
         let options = Arc::new(options);
-        self.from_source("Kafka", move |ctx| {
+        let make = move |ctx: &floe_datastream::connector::ConnectorContext| {
             KafkaSourceReader::new(options.clone(), deserialize.clone(), ctx)
-        })
+        };
+        if timed {
+            self.from_source_with_timestamps("Kafka", make)
+        } else {
+            self.from_source("Kafka", make)
+        }
     }
 }
 

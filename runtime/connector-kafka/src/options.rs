@@ -92,6 +92,10 @@ pub struct SourceOptions {
     /// How often new partitions (and, with a pattern, new topics) are looked for
     /// (`partition.discovery.interval.ms`; `None`: never).
     pub discovery_interval: Option<Duration>,
+    /// Event time from the records' Kafka timestamps, with per-partition watermarks that trail
+    /// each partition's largest timestamp by this much (Flink's
+    /// `WatermarkStrategy.forBoundedOutOfOrderness` on a `KafkaSource`); `None`: no event time.
+    pub watermark_out_of_orderness: Option<Duration>,
     /// More librdkafka consumer properties (`isolation.level`, `security.protocol`, ...).
     pub properties: BTreeMap<String, String>,
 }
@@ -105,6 +109,7 @@ impl SourceOptions {
             bounded: false,
             group_id: None,
             discovery_interval: Some(Duration::from_secs(30)),
+            watermark_out_of_orderness: None,
             properties: BTreeMap::new(),
         }
     }

@@ -89,6 +89,8 @@ pub struct KafkaSinkWriter {
     transactional_id: String,
     marker_group: String,
     last_checkpoint: u64,
+    /// Write-ahead objects of the checkpoint written last, removed after the next one.
+    written: Vec<String>,
     started: bool,
 }
 
@@ -141,6 +143,7 @@ impl KafkaSinkWriter {
             transactional_id,
             marker_group,
             last_checkpoint,
+            written: Vec::new(),
             started: false,
         })
     }
@@ -233,10 +236,18 @@ impl KafkaSinkWriter {
         let (group, checkpoint) = (p.marker_group.clone(), p.checkpoint);
         blocking(move || {
             let marker = MarkerGroup::new(&options, &group)?;
-            if marker.committed()?.is_some_and(|c| c >= checkpoint) {
+            let marked = marker.committed()?;
+            if marked.is_some_and(|c| c >= checkpoint) {
                 tracing::info!(checkpoint, group, "Kafka sink: checkpoint already written");
                 return Ok(());
             }
+            tracing::info!(
+                checkpoint,
+                group,
+                ?marked,
+                bytes = frames.len(),
+                "Kafka sink: writing a checkpoint's records"
+            );
             if frames.is_empty() {
                 return Ok(());
             }
@@ -252,11 +263,19 @@ impl KafkaSinkWriter {
             Ok(())
         })
         .await?;
-        if let Some(store) = &self.store
-            && !p.file.is_empty()
-            && let Err(e) = store.delete(&p.file).await
-        {
-            tracing::warn!("Kafka sink: removing the write-ahead object {}: {e}", p.file);
+        // The object of the checkpoint written before goes now, this one's once the next is
+        // written: a restore from this checkpoint still finds its records, and its marker alone
+        // tells it they were written (removing the object is no marker: a process can die
+        // between the transaction's commit and the removal).
+        if let Some(store) = &self.store {
+            for file in std::mem::take(&mut self.written) {
+                if let Err(e) = store.delete(&file).await {
+                    tracing::warn!("Kafka sink: removing the write-ahead object {file}: {e}");
+                }
+            }
+        }
+        if !p.file.is_empty() {
+            self.written.push(p.file);
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ struct Position {
 struct Owned {
     next: i64,
     stop: Option<i64>,
+    /// The largest record timestamp read (event time), if any.
+    max_timestamp: Option<i64>,
 }
 
 impl Owned {
@@ -84,6 +86,9 @@ pub struct KafkaSourceReader<T> {
     last_discovery: Instant,
     discovery: Option<tokio::task::JoinHandle<Result<BTreeMap<String, i32>>>>,
     pattern: Option<regex_lite::Regex>,
+    /// Event time: where each record's timestamp goes, and how far a partition's watermark
+    /// trails its largest timestamp.
+    timestamps: Option<(floe_datastream::connector::RecordTimestamps, i64)>,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -106,12 +111,20 @@ impl<T: Data> KafkaSourceReader<T> {
             .set("bootstrap.servers", &options.bootstrap_servers)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "true")
+            // End-of-partition events tell a bounded source it is done (librdkafka logs them).
+            .set(
+                "enable.partition.eof",
+                if options.bounded { "true" } else { "false" },
+            )
             .set("isolation.level", "read_committed")
             .set("client.id", format!("floe-source-{}", ctx.subtask));
-        if let Some(group) = &options.group_id {
-            config.set("group.id", group);
-        }
+        // librdkafka assigns partitions only to a consumer with a group id; without the user's
+        // one, a name of its own that nothing commits to (the source never joins the group).
+        let group = options
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("floe-source-{}", uuid::Uuid::new_v4().simple()));
+        config.set("group.id", group);
         for (k, v) in &options.properties {
             config.set(k, v);
         }
@@ -143,7 +156,6 @@ impl<T: Data> KafkaSourceReader<T> {
             ),
         };
         Ok(KafkaSourceReader {
-            options,
             deserialize,
             consumer: Arc::new(consumer),
             subtask: ctx.subtask,
@@ -155,6 +167,13 @@ impl<T: Data> KafkaSourceReader<T> {
             last_discovery: Instant::now(),
             discovery: None,
             pattern,
+            timestamps: match (&ctx.timestamps, options.watermark_out_of_orderness) {
+                (Some(t), Some(bound)) => {
+                    Some((t.clone(), i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)))
+                }
+                _ => None,
+            },
+            options,
         })
     }
 
@@ -199,7 +218,14 @@ impl<T: Data> KafkaSourceReader<T> {
                         low
                     }
                 };
-                out.push(((topic.clone(), *partition), Owned { next, stop }));
+                out.push((
+                    (topic.clone(), *partition),
+                    Owned {
+                        next,
+                        stop,
+                        max_timestamp: None,
+                    },
+                ));
             }
             let mut found = BTreeMap::new();
             if by_time.count() > 0 {
@@ -240,15 +266,7 @@ impl<T: Data> KafkaSourceReader<T> {
     async fn earliest(&self, new: Vec<(String, i32)>) -> Result<Vec<((String, i32), Owned)>> {
         self.resolve(new, StartingOffsets::Earliest).await.map(|v| {
             v.into_iter()
-                .map(|(k, o)| {
-                    (
-                        k,
-                        Owned {
-                            next: o.next,
-                            stop: None,
-                        },
-                    )
-                })
+                .map(|(k, o)| (k, Owned { stop: None, ..o }))
                 .collect()
         })
     }
@@ -278,6 +296,7 @@ impl<T: Data> KafkaSourceReader<T> {
                         Owned {
                             next: p.offset,
                             stop: p.stop,
+                            max_timestamp: None,
                         },
                     );
                 }
@@ -413,6 +432,12 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
                         ))
                     })?;
                     owned.next = m.offset() + 1;
+                    if let Some((timestamps, _)) = &self.timestamps {
+                        // A record without a timestamp keeps its partition's latest.
+                        let ts = record.timestamp.or(owned.max_timestamp).unwrap_or(i64::MIN + 1);
+                        owned.max_timestamp = Some(owned.max_timestamp.map_or(ts, |m| m.max(ts)));
+                        timestamps.set(ts);
+                    }
                     out.collect(value);
                     emitted += 1;
                 }
@@ -438,6 +463,20 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         Ok(true)
+    }
+
+    /// The smallest of the owned partitions' watermarks (a partition's largest timestamp less
+    /// the bound; one not read from yet holds event time back, as in Flink without idleness).
+    fn watermark(&self) -> Option<i64> {
+        let (_, bound) = self.timestamps.as_ref()?;
+        self.owned
+            .values()
+            .filter(|o| !o.done())
+            .map(|o| {
+                o.max_timestamp
+                    .map_or(i64::MIN, |t| t.saturating_sub(*bound).saturating_sub(1))
+            })
+            .min()
     }
 
     fn positions(&self) -> Vec<String> {
@@ -564,6 +603,47 @@ mod tests {
             // Consecutive partitions go to consecutive subtasks, as in Flink.
             assert!(counts.iter().all(|c| *c == 4), "{counts:?}");
         }
+    }
+
+    #[test]
+    fn the_watermark_is_the_slowest_partitions_less_the_bound() {
+        let options = Arc::new(SourceOptions {
+            watermark_out_of_orderness: Some(Duration::from_millis(100)),
+            ..SourceOptions::new("127.0.0.1:1", Subscription::Topics(vec!["t".into()]))
+        });
+        let ctx = ConnectorContext {
+            subtask: 0,
+            parallelism: 1,
+            attempt: 0,
+            configuration: BTreeMap::new(),
+            checkpointing: false,
+            restored: None,
+            timestamps: Some(floe_datastream::connector::RecordTimestamps::default()),
+        };
+        let mut reader = KafkaSourceReader::new(options, crate::records::value_bytes(), &ctx).unwrap();
+        let part = |next, stop, max_timestamp| Owned {
+            next,
+            stop,
+            max_timestamp,
+        };
+        reader.owned.insert(("t".into(), 0), part(5, None, Some(10_000)));
+        reader.owned.insert(("t".into(), 1), part(9, None, Some(4_000)));
+        assert_eq!(
+            reader.watermark(),
+            Some(3_899),
+            "partition 1 holds event time back"
+        );
+        // A partition read to its end (bounded) holds nothing back.
+        reader
+            .owned
+            .insert(("t".into(), 1), part(9, Some(9), Some(4_000)));
+        assert_eq!(reader.watermark(), Some(9_899));
+        // One not read from yet holds everything back, as in Flink without idleness.
+        reader.owned.insert(("t".into(), 2), part(0, None, None));
+        assert_eq!(reader.watermark(), Some(i64::MIN));
+        // Without event time the source gives no watermark.
+        reader.timestamps = None;
+        assert_eq!(reader.watermark(), None);
     }
 
     #[test]

@@ -35,6 +35,36 @@ pub struct ConnectorContext {
     /// or committer states (sinks) this subtask takes over; after a rescale any number, none for
     /// a subtask the rescale added. `None`: a fresh start.
     pub restored: Option<(u64, Vec<String>)>,
+    /// A source made with [`StreamExecutionEnvironment::from_source_with_timestamps`]: where it
+    /// sets each record's event time before it emits it.
+    pub timestamps: Option<RecordTimestamps>,
+}
+
+/// Sets the event time of the record a source emits next (Flink's `SourceOutput.collect(record,
+/// timestamp)`); the source gives its watermark through [`SourceReader::watermark`].
+#[derive(Debug, Clone)]
+pub struct RecordTimestamps(Arc<crate::time::TaskTime>);
+
+impl RecordTimestamps {
+    /// The next record's timestamp (ms since the epoch).
+    #[inline]
+    pub fn set(&self, timestamp: i64) {
+        self.0.set_timestamp(timestamp)
+    }
+
+    /// The last timestamp set.
+    pub fn get(&self) -> i64 {
+        self.0.timestamp()
+    }
+}
+
+/// A handle of its own, read by no task (a connector's unit tests).
+impl Default for RecordTimestamps {
+    fn default() -> Self {
+        RecordTimestamps(Arc::new(crate::time::TaskTime::new(
+            std::time::Duration::from_millis(200),
+        )))
+    }
 }
 
 impl ConnectorContext {
@@ -49,6 +79,7 @@ impl ConnectorContext {
                 let states = if sink { r.sinks.clone() } else { r.sources.clone() };
                 (r.checkpoint, states)
             }),
+            timestamps: None,
         }
     }
 }
@@ -64,6 +95,11 @@ pub trait SourceReader<T>: Send {
     fn positions(&self) -> Vec<String>;
     /// Records due but not read yet (Flink's `pendingRecords`, e.g. a Kafka consumer's lag).
     fn pending(&self) -> Option<u64> {
+        None
+    }
+    /// A source that sets its records' timestamps: no record it emits later has a smaller one
+    /// (the smallest of its splits' watermarks). `None`: it does not know.
+    fn watermark(&self) -> Option<i64> {
         None
     }
 }
@@ -93,6 +129,10 @@ impl<T: Data, R: SourceReader<T>> crate::io::Source<T> for ReaderSource<R, T> {
     fn pending(&self) -> Option<u64> {
         self.reader.pending()
     }
+
+    fn watermark(&self) -> Option<i64> {
+        self.reader.watermark()
+    }
 }
 
 impl StreamExecutionEnvironment {
@@ -108,6 +148,32 @@ impl StreamExecutionEnvironment {
             name,
             Arc::new(move |ctx: &OpContext| {
                 let reader = make(&ConnectorContext::of(ctx, false))?;
+                Ok(ReaderSource {
+                    reader,
+                    _t: PhantomData,
+                })
+            }),
+        )
+    }
+}
+
+impl StreamExecutionEnvironment {
+    /// [`Self::from_source`] for a source that knows its records' event time (Kafka's record
+    /// timestamps): it sets each record's timestamp through [`ConnectorContext::timestamps`] and
+    /// gives its watermark, so the job's event-time operators need no timestamp assigner.
+    pub fn from_source_with_timestamps<T, R, M>(&self, name: &str, make: M) -> DataStream<T>
+    where
+        T: Data,
+        R: SourceReader<T> + 'static,
+        M: Fn(&ConnectorContext) -> Result<R> + Send + Sync + 'static,
+    {
+        self.mark_timed();
+        self.connector_source(
+            name,
+            Arc::new(move |ctx: &OpContext| {
+                let mut c = ConnectorContext::of(ctx, false);
+                c.timestamps = Some(RecordTimestamps(ctx.task_time()?));
+                let reader = make(&c)?;
                 Ok(ReaderSource {
                     reader,
                     _t: PhantomData,

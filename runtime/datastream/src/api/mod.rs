@@ -330,6 +330,11 @@ impl StreamExecutionEnvironment {
         DataStream::at(self.shared.clone(), node)
     }
 
+    /// The job uses event time (its tasks keep a record timestamp and a clock).
+    pub(crate) fn mark_timed(&self) {
+        lock(&self.shared).timed = true;
+    }
+
     /// A connector's source ([`crate::connector`]): one reader per subtask, made from all the
     /// positions its restore gives it.
     pub(crate) fn connector_source<T, S>(
