@@ -22,6 +22,7 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use common::images::{self, OPERATOR_IMAGE, WORKER_IMAGE, sh};
+use common::user_job_binary;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
@@ -362,6 +363,28 @@ fn wordcount_in_pods_as_the_operator_specifies_them() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Issue 15: the example user project's image (its Dockerfile's `prebuilt` target with the
+/// binary of its own build, on a base made for it) runs that binary as `floe`, as non-root, and
+/// the binary has the user's job next to Floe's.
+fn the_users_image_runs_its_own_binary() -> Result<(), Failed> {
+    let binary = user_job_binary();
+    let (base, tag) = ("floe-user-base:test", "floe-user-job:test");
+    images::build_base_image_as(&[binary], base);
+    images::build_image_with(
+        &images::repo().join("examples/user-job/Dockerfile"),
+        binary,
+        tag,
+        base,
+    );
+    let user = sh("docker", &["image", "inspect", "-f", "{{.Config.User}}", tag]);
+    assert_eq!(user.trim(), "65532:65532", "the user's image runs as non-root");
+    let jobs = sh("docker", &["run", "--rm", tag, "jobs"]);
+    if !(jobs.contains("user-visits: page visits per user") && jobs.contains("wordcount:")) {
+        return Err(format!("`floe jobs` in the user's image: {jobs}").into());
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let docker = images::works("docker", &["info"]);
@@ -380,6 +403,10 @@ fn main() {
         Trial::test(
             "wordcount_in_pods_as_the_operator_specifies_them",
             wordcount_in_pods_as_the_operator_specifies_them,
+        ),
+        Trial::test(
+            "the_users_image_runs_its_own_binary",
+            the_users_image_runs_its_own_binary,
         ),
     ];
     let trials = trials.into_iter().map(|t| t.with_ignored_flag(!docker)).collect();

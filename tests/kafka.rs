@@ -10,6 +10,8 @@
 //! - `keyed_count_topic_to_topic_exactly_once_across_a_kill`: the same kill with the exactly-once
 //!   Kafka sink; a `read_committed` consumer sees every running count of every key exactly once.
 //! - `new_topics_matching_the_pattern_are_read`: a topic created while the job runs is read.
+//! - `files_to_kafka_with_each_guarantee`: `files-to-kafka` exactly-once and at-least-once; every
+//!   line once, keyed by its first field.
 //! - `bad_input_*`: an unknown topic, an unreachable broker, a record that does not deserialize:
 //!   the job fails with a message naming it, after its restart strategy, and nothing is
 //!   committed twice.
@@ -366,6 +368,55 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
     Ok(())
 }
 
+/// `files-to-kafka`, the manifest-only way in: lines of a file to a topic, once with each
+/// guarantee that promises delivery; a read_committed consumer sees every line once, keyed by its
+/// first field.
+fn files_to_kafka_with_each_guarantee(broker: &Broker, dir: &Path) -> Result<(), Failed> {
+    let input = dir.join("lines.txt");
+    let lines: Vec<String> = (0..5_000).map(|i| format!("user{}\tline {i}", i % 37)).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    for guarantee in ["exactly-once", "at-least-once"] {
+        let topic = format!("from-files-{guarantee}");
+        broker.create_topic(&topic, 2);
+        let cluster = cluster(dir, 1);
+        let id = submit_job(
+            &cluster.rpc_address,
+            "files-to-kafka",
+            args(&[
+                ("input", input.to_str().unwrap()),
+                ("bootstrap-servers", &broker.bootstrap),
+                ("output-topic", &topic),
+                ("delivery-guarantee", guarantee),
+                ("key", "first-field"),
+            ]),
+            streaming_conf(dir, None),
+        );
+        let job = ended(&cluster, &id, Duration::from_secs(60));
+        if job["state"] != "FINISHED" {
+            return Err(format!("{guarantee}: {job}").into());
+        }
+        let read = broker.read_committed(&topic);
+        for (_, key, value) in &read {
+            if key.as_deref() != value.split('\t').next() {
+                return Err(format!("{guarantee}: record {value:?} keyed {key:?}").into());
+            }
+        }
+        let mut got: Vec<String> = read.into_iter().map(|(_, _, v)| v).collect();
+        got.sort();
+        let mut expected = lines.clone();
+        expected.sort();
+        if got != expected {
+            return Err(format!(
+                "{guarantee}: read {} lines, expected {}",
+                got.len(),
+                expected.len()
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 fn new_topics_matching_the_pattern_are_read(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("events-a", 2);
     let cluster = cluster(dir, 1);
@@ -481,7 +532,7 @@ type Case = fn(&Broker, &Path) -> Result<(), Failed>;
 
 fn main() {
     let args = Arguments::from_args();
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         (
             "bounded_wordcount_through_floe_run",
             bounded_wordcount_through_floe_run,
@@ -497,6 +548,10 @@ fn main() {
         (
             "new_topics_matching_the_pattern_are_read",
             new_topics_matching_the_pattern_are_read,
+        ),
+        (
+            "files_to_kafka_with_each_guarantee",
+            files_to_kafka_with_each_guarantee,
         ),
         ("bad_input_unknown_topic", bad_input_unknown_topic),
         ("bad_input_unreachable_broker", bad_input_unreachable_broker),

@@ -11,38 +11,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use common::*;
 
-/// The example's binary, built once per test run into this build's target directory (so it shares
-/// the compiled dependencies). Without RocksDB: the example turns it on by default for its image,
-/// and a second compile of RocksDB's C++ here would cost CI minutes for nothing the test checks.
-fn user_binary() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        // <target>/debug/deps/user_job-HASH -> <target>
-        let exe = std::env::current_exe().unwrap();
-        let target = exe.ancestors().nth(3).unwrap().to_path_buf();
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "--no-default-features", "--manifest-path"])
-            .arg(repo.join("examples/user-job/Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the example user project does not build:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join("debug/floe-user-job")
-    })
-}
-
 fn user(args: &[&str]) -> std::process::Output {
-    Command::new(user_binary()).args(args).output().unwrap()
+    Command::new(user_job_binary()).args(args).output().unwrap()
 }
 
 /// Seeded visits `user,page,millis` and the per-user result computed here: visits, total millis,
@@ -103,7 +77,7 @@ fn the_users_job_runs_through_its_own_binary_and_matches_the_reference() {
     let reference = visits(&input, 40_000);
     let out = dir.join("out");
     let manifest = manifest(&dir, &input, &out, &["--min-visits", "2"], &[]);
-    let result = Command::new(user_binary())
+    let result = Command::new(user_job_binary())
         .args(["run", "-f"])
         .arg(&manifest)
         .arg("--work-dir")
@@ -188,7 +162,7 @@ fn a_taskmanager_of_another_build_is_refused() {
     // The JobManager of the user's build; a TaskManager of Floe's own binary (the plain worker
     // image), which has no job `user-visits`.
     let log = dir.join("jobmanager.log");
-    let mut jm = Command::new(user_binary())
+    let mut jm = Command::new(user_job_binary())
         .args([
             "jobmanager",
             "--rpc-address",

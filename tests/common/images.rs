@@ -142,6 +142,11 @@ pub fn build_image(dockerfile: &str, binary: &Path, tag: &str) {
 
 /// [`build_image`] on the base image `base`.
 pub fn build_image_on(dockerfile: &str, binary: &Path, tag: &str, base: &str) {
+    build_image_with(&repo().join("docker").join(dockerfile), binary, tag, base);
+}
+
+/// The `prebuilt` target of the Dockerfile at `dockerfile`, with `binary`, on the base `base`.
+pub fn build_image_with(dockerfile: &Path, binary: &Path, tag: &str, base: &str) {
     let context = std::env::temp_dir().join(format!(
         "floe-image-context-{}-{}",
         std::process::id(),
@@ -153,7 +158,6 @@ pub fn build_image_on(dockerfile: &str, binary: &Path, tag: &str, base: &str) {
     std::fs::copy(binary, context.join(name)).unwrap();
     // Test builds carry debug info (hundreds of MB); the image needs none of it.
     let _ = Command::new("strip").arg(context.join(name)).status();
-    let dockerfile = repo().join("docker").join(dockerfile);
     sh(
         "docker",
         &[

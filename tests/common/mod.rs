@@ -342,6 +342,31 @@ pub fn local_cluster(
     (floe::local_cluster::LocalCluster::start(&spec).unwrap(), dir)
 }
 
+/// The example's binary, built once per test run into this build's target directory (so it shares
+/// the compiled dependencies). Without RocksDB: the example turns it on by default for its image,
+/// and a second compile of RocksDB's C++ here would cost CI minutes for nothing the test checks.
+pub fn user_job_binary() -> &'static PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        // <target>/debug/deps/user_job-HASH -> <target>
+        let exe = std::env::current_exe().unwrap();
+        let target = exe.ancestors().nth(3).unwrap().to_path_buf();
+        let out = std::process::Command::new(env!("CARGO"))
+            .args(["build", "--no-default-features", "--manifest-path"])
+            .arg(repo.join("examples/user-job/Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the example user project does not build:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("debug/floe-user-job")
+    })
+}
+
 pub mod images;
 pub mod kafka;
 pub mod netns;
