@@ -12,6 +12,8 @@
 //! - `new_topics_matching_the_pattern_are_read`: a topic created while the job runs is read.
 //! - `files_to_kafka_with_each_guarantee`: `files-to-kafka` exactly-once and at-least-once; every
 //!   line once, keyed by its first field.
+//! - `starting_offsets_latest_then_committed`: `latest` reads only what comes after the start;
+//!   the offsets committed to the group for monitoring start a later job from `committed`.
 //! - `bad_input_*`: an unknown topic, an unreachable broker, a record that does not deserialize:
 //!   the job fails with a message naming it, after its restart strategy, and nothing is
 //!   committed twice.
@@ -453,6 +455,90 @@ fn new_topics_matching_the_pattern_are_read(broker: &Broker, dir: &Path) -> Resu
     Ok(())
 }
 
+/// Starting offsets: `latest` reads only what comes after the start; the source commits its
+/// offsets to `--group-id` at its checkpoints (for monitoring), and a later job started from
+/// `committed` reads on from there.
+fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result<(), Failed> {
+    broker.create_topic("start", 2);
+    let batch = |tag: &str, n: usize| -> Vec<(Option<String>, String)> {
+        (0..n).map(|i| (None, format!("{tag}-{i}"))).collect()
+    };
+    let values = |b: Vec<(Option<String>, String)>| -> Vec<String> {
+        let mut v: Vec<String> = b.into_iter().map(|(_, v)| v).collect();
+        v.sort();
+        v
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    broker.produce("start", &batch("before", 100));
+    let out1 = dir.join("out1");
+    {
+        let cluster = cluster(dir, 1);
+        let id = submit_job(
+            &cluster.rpc_address,
+            "kafka-to-files",
+            args(&[
+                ("bootstrap-servers", &broker.bootstrap),
+                ("topic", "start"),
+                ("output", out1.to_str().unwrap()),
+                ("starting-offsets", "latest"),
+                ("group-id", "monitoring"),
+            ]),
+            streaming_conf(&dir.join("job1"), None),
+        );
+        // Started (its offsets resolved) once a checkpoint completed.
+        wait_for("a checkpoint", Duration::from_secs(60), || {
+            let c = get(&cluster, &format!("/jobs/{id}/checkpoints"));
+            (c["counts"]["completed"].as_u64().unwrap_or(0) >= 1).then_some(())
+        });
+        broker.produce("start", &batch("after", 50));
+        wait_for("the records after the start", Duration::from_secs(60), || {
+            (committed(&out1).len() >= 50).then_some(())
+        });
+        // The group's offsets follow the checkpoints: 150 records in all, read to the end.
+        wait_for("the group's offsets", Duration::from_secs(60), || {
+            let total: i64 = (0..2)
+                .filter_map(|p| broker.committed_on("monitoring", "start", p))
+                .sum();
+            (total == 150).then_some(())
+        });
+    }
+    if sorted(committed(&out1)) != values(batch("after", 50)) {
+        return Err(format!("latest: read {:?}", committed(&out1)).into());
+    }
+    broker.produce("start", &batch("later", 30));
+    let out2 = dir.join("out2");
+    let cluster = cluster(dir, 1);
+    let _id = submit_job(
+        &cluster.rpc_address,
+        "kafka-to-files",
+        args(&[
+            ("bootstrap-servers", &broker.bootstrap),
+            ("topic", "start"),
+            ("output", out2.to_str().unwrap()),
+            ("starting-offsets", "committed"),
+            ("group-id", "monitoring"),
+        ]),
+        streaming_conf(&dir.join("job2"), None),
+    );
+    wait_for(
+        "the records after the committed offsets",
+        Duration::from_secs(60),
+        || (committed(&out2).len() >= 30).then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    if sorted(committed(&out2)) != values(batch("later", 30)) {
+        return Err(format!(
+            "committed: read {} records, expected the 30 later ones",
+            committed(&out2).len()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Runs `kafka-to-files` with these arguments and a fixed-delay restart strategy of two attempts
 /// until it ends; returns the job's details and the committed lines.
 fn failing_job(broker_servers: &str, dir: &Path, extra: &[(&str, &str)]) -> (Value, Vec<String>) {
@@ -532,7 +618,7 @@ type Case = fn(&Broker, &Path) -> Result<(), Failed>;
 
 fn main() {
     let args = Arguments::from_args();
-    let cases: [(&str, Case); 8] = [
+    let cases: [(&str, Case); 9] = [
         (
             "bounded_wordcount_through_floe_run",
             bounded_wordcount_through_floe_run,
@@ -552,6 +638,10 @@ fn main() {
         (
             "files_to_kafka_with_each_guarantee",
             files_to_kafka_with_each_guarantee,
+        ),
+        (
+            "starting_offsets_latest_then_committed",
+            starting_offsets_latest_then_committed,
         ),
         ("bad_input_unknown_topic", bad_input_unknown_topic),
         ("bad_input_unreachable_broker", bad_input_unreachable_broker),

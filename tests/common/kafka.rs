@@ -159,13 +159,19 @@ impl Broker {
 
     /// The offset consumer group `group` committed on partition 0 of `topic`, if any.
     pub fn committed(&self, group: &str, topic: &str) -> Option<i64> {
+        self.committed_on(group, topic, 0)
+    }
+
+    /// The offset consumer group `group` committed on `partition` of `topic`, if any.
+    pub fn committed_on(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("group.id", group)
             .create()
             .unwrap();
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Invalid).unwrap();
+        tpl.add_partition_offset(topic, partition, Offset::Invalid)
+            .unwrap();
         let offsets = consumer.committed_offsets(tpl, Duration::from_secs(10)).ok()?;
         offsets.elements().first()?.offset().to_raw().filter(|o| *o >= 0)
     }

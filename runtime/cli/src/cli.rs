@@ -115,6 +115,41 @@ enum Command {
         #[arg(long)]
         exit_on_stdin_eof: bool,
     },
+    /// List the jobs of a JobManager with their state (as `flink list`).
+    List {
+        #[command(flatten)]
+        target: ClientArgs,
+    },
+    /// Show a job: state, vertices, subtasks with attempts and TaskManagers, checkpoints.
+    Info {
+        /// The job's id.
+        job: String,
+        #[command(flatten)]
+        target: ClientArgs,
+    },
+    /// Cancel a job and wait until it has ended (as `flink cancel`).
+    Cancel {
+        job: String,
+        #[command(flatten)]
+        target: ClientArgs,
+    },
+    /// Take a savepoint of a job and print its location (as `flink savepoint JOB [DIR]`; DIR
+    /// defaults to the job's `state.savepoints.dir`).
+    Savepoint {
+        job: String,
+        dir: Option<String>,
+        #[command(flatten)]
+        target: ClientArgs,
+    },
+    /// Stop a job with a savepoint (as `flink stop`): the savepoint's location is printed.
+    Stop {
+        job: String,
+        /// Where the savepoint goes (default: the job's `state.savepoints.dir`).
+        #[arg(long = "savepoint-path")]
+        savepoint_path: Option<String>,
+        #[command(flatten)]
+        target: ClientArgs,
+    },
     /// Write seeded, Zipf-distributed lines of words (WordCount input) to a file, or to an object
     /// (`s3://bucket/key`, credentials and endpoint from AWS_* environment variables).
     GenWords {
@@ -126,6 +161,29 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+}
+
+/// Where a client command goes and how it answers.
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// The JobManager's REST address.
+    #[arg(long, default_value = "http://127.0.0.1:8081")]
+    jobmanager: String,
+    /// `text` for people, `json` for scripts.
+    #[arg(long, value_enum, default_value = "text")]
+    output: crate::client::Output,
+}
+
+/// Runs a client command; its output on stdout. Errors exit 1 (the JobManager refused or could
+/// not be reached), a bad `--jobmanager` exits 2.
+fn client_command(
+    target: &ClientArgs,
+    command: impl FnOnce(&crate::client::Client, crate::client::Output) -> anyhow::Result<String>,
+) -> Result<ExitCode, Failure> {
+    let client = crate::client::Client::new(&target.jobmanager)?;
+    let out = command(&client, target.output).map_err(|error| Failure { code: 1, error })?;
+    print!("{out}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `key=value` of `-D`.
@@ -351,6 +409,19 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
                 })?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::List { target } => client_command(&target, |c, o| c.list(o)),
+        Command::Info { job, target } => client_command(&target, |c, o| c.info(&job, o)),
+        Command::Cancel { job, target } => client_command(&target, |c, o| c.cancel(&job, o)),
+        Command::Savepoint { job, dir, target } => {
+            client_command(&target, |c, o| c.savepoint(&job, dir.as_deref(), false, o))
+        }
+        Command::Stop {
+            job,
+            savepoint_path,
+            target,
+        } => client_command(&target, |c, o| {
+            c.savepoint(&job, savepoint_path.as_deref(), true, o)
+        }),
         Command::GenWords { output, mib, seed } => {
             let bytes = mib * 1024 * 1024;
             let written = if output.contains("://") {

@@ -7,6 +7,7 @@
 
 pub mod application;
 pub mod cli;
+pub mod client;
 pub mod generate;
 pub mod graph_file;
 pub mod local_cluster;

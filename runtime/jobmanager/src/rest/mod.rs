@@ -2,9 +2,12 @@
 //! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint),
 //! `GET /jobs/{id}/vertices/{vertex}/watermarks` (each subtask's current watermark), savepoints
 //! (`savepoints.rs`), plus `GET /taskmanagers` (slots and shuffle buffer use, which the
-//! backpressure test reads).
+//! backpressure test reads) and `GET /metrics` (OpenMetrics, Flink's names: `metrics.rs`).
 
+mod metrics;
 mod savepoints;
+
+pub use metrics::{OPENMETRICS, render as render_metrics};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -33,6 +36,8 @@ pub fn router(jm: JobManager) -> Router {
         )
         .route("/jobs/{id}/vertices/{vertex}/watermarks", get(watermarks))
         .route("/taskmanagers", get(taskmanagers))
+        // Prometheus / OpenMetrics, Flink's metric names and labels.
+        .route("/metrics", get(metrics::metrics))
         // As Flink's REST API: every error answers `{"errors": [...]}` naming what was asked.
         .fallback(|method: axum::http::Method, uri: axum::http::Uri| async move {
             not_found(format!("Not found: {method} {uri}"))

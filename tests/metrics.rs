@@ -1,0 +1,282 @@
+//! `GET /metrics` on the JobManager's REST port (issue 16), on real processes: the text parses
+//! with the Prometheus project's own OpenMetrics parser (Python `prometheus_client`, installed by
+//! `.ci/setup`), its figures carry Flink's names and labels and equal what the REST API says of
+//! the same job, and a pipeline whose sink is slow shows it: its source backpressured, its sink
+//! busy.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// One sample: its name, labels and value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// `GET path` as text: (content type, body).
+fn get_text(address: &str, path: &str) -> (String, String) {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: "))
+        .unwrap_or_default()
+        .to_string();
+    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (content_type, body)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+}
+
+/// Parses OpenMetrics text with `prometheus_client.openmetrics.parser` (which refuses anything
+/// that is not OpenMetrics, e.g. a missing `# EOF`).
+fn parse(text: &str) -> Vec<Sample> {
+    let script = "import sys, json\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families\n\
+        out = []\n\
+        for family in text_string_to_metric_families(sys.stdin.read()):\n\
+        \x20   for s in family.samples:\n\
+        \x20       out.append([s.name, s.labels, s.value])\n\
+        print(json.dumps(out))\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "not OpenMetrics (or prometheus_client is missing: run .ci/setup): {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.2)
+}
+
+fn job(rest: &str, id: &str) -> Value {
+    http("GET", rest, &format!("/jobs/{id}")).1
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn conf(dir: &std::path::Path) -> Vec<(String, String)> {
+    [
+        ("execution.runtime-mode", "STREAMING"),
+        ("parallelism.default", "2"),
+        ("execution.checkpointing.interval", "500 ms"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into_iter()
+    .chain([(
+        "floe.job-storage.url".to_string(),
+        format!("file://{}", dir.join("storage").display()),
+    )])
+    .collect()
+}
+
+#[test]
+fn metrics_parse_as_openmetrics_and_equal_the_rest_api() {
+    let (cluster, dir) = local_cluster("metrics-match", 2, 2);
+    let args: Vec<String> = [
+        "--output",
+        dir.join("out").to_str().unwrap(),
+        "--records",
+        "160000",
+        "--rate",
+        "20000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let id = submit_job(&cluster.rpc_address, "pipeline", args, conf(&dir));
+    // While it runs (about 8 s): a live uptime, and the rates once two heartbeats are in.
+    let running = wait_for("rates while running", Duration::from_secs(60), || {
+        let (content_type, text) = get_text(&cluster.rest_address, "/metrics");
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        let samples = parse(&text);
+        value(
+            &samples,
+            "flink_taskmanager_job_task_numRecordsInPerSecond",
+            &[("job_id", &id)],
+        )
+        .map(|_| samples)
+    });
+    let uptime = value(&running, "flink_jobmanager_job_uptime", &[("job_id", &id)]).unwrap();
+    assert!(uptime > 0.0, "uptime of a running job: {uptime}");
+    let end = wait_for("the job to finish", Duration::from_secs(120), || {
+        let j = job(&cluster.rest_address, &id);
+        (j["state"] == "FINISHED").then_some(j)
+    });
+    let (_, text) = get_text(&cluster.rest_address, "/metrics");
+    let samples = parse(&text);
+    let job_labels = [("job_id", id.as_str()), ("job_name", "pipeline")];
+    assert_eq!(
+        value(&samples, "flink_jobmanager_job_uptime", &job_labels),
+        Some(-1.0),
+        "ended"
+    );
+    assert_eq!(
+        value(&samples, "flink_jobmanager_job_numRestarts", &job_labels),
+        end["restarts"].as_f64()
+    );
+    let checkpoints = http("GET", &cluster.rest_address, &format!("/jobs/{id}/checkpoints")).1;
+    assert_eq!(
+        value(
+            &samples,
+            "flink_jobmanager_job_numberOfCompletedCheckpoints",
+            &job_labels
+        ),
+        checkpoints["counts"]["completed"].as_f64()
+    );
+    assert!(
+        checkpoints["counts"]["completed"].as_u64().unwrap() >= 1,
+        "{checkpoints}"
+    );
+    assert_eq!(
+        value(&samples, "flink_jobmanager_job_lastCheckpointSize", &job_labels),
+        checkpoints["latest"]["completed"]["checkpointed_size"].as_f64()
+    );
+    assert_eq!(
+        value(&samples, "flink_jobmanager_numRegisteredTaskManagers", &[]),
+        Some(2.0)
+    );
+    assert_eq!(value(&samples, "flink_jobmanager_taskSlotsTotal", &[]), Some(4.0));
+    let mut subtasks = 0;
+    for v in end["vertices"].as_array().unwrap() {
+        for s in v["subtasks"].as_array().unwrap() {
+            let subtask = s["subtask"].to_string();
+            let labels = [
+                ("job_id", id.as_str()),
+                ("task_id", v["id"].as_str().unwrap()),
+                ("task_name", v["name"].as_str().unwrap()),
+                ("subtask_index", subtask.as_str()),
+                ("tm_id", s["taskmanager-id"].as_str().unwrap()),
+            ];
+            assert_eq!(
+                value(&samples, "flink_taskmanager_job_task_numRecordsIn", &labels),
+                s["records-in"].as_f64(),
+                "{labels:?}"
+            );
+            assert_eq!(
+                value(&samples, "flink_taskmanager_job_task_numRecordsOut", &labels),
+                s["records-out"].as_f64(),
+                "{labels:?}"
+            );
+            subtasks += 1;
+        }
+    }
+    assert_eq!(subtasks, 6, "source, map and reduce at parallelism 2");
+    let read: f64 = samples
+        .iter()
+        .filter(|(n, l, _)| n == "flink_taskmanager_job_task_numRecordsOut" && l["task_id"] == "source")
+        .map(|s| s.2)
+        .sum();
+    assert_eq!(
+        read, 160_000.0,
+        "the sources' records out are the lines generated"
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_slow_sink_shows_as_backpressure_at_the_source_and_busy_time_at_the_sink() {
+    let (cluster, dir) = local_cluster("metrics-backpressure", 1, 3);
+    let args: Vec<String> = [
+        "--output",
+        dir.join("out").to_str().unwrap(),
+        "--records",
+        "0",
+        "--sink-delay-us",
+        "2000",
+        "--source-parallelism",
+        "1",
+        "--map-parallelism",
+        "1",
+        "--reduce-parallelism",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let id = submit_job(&cluster.rpc_address, "pipeline", args, conf(&dir));
+    // Rates over a few seconds once the buffers between them are full.
+    std::thread::sleep(Duration::from_secs(6));
+    let samples = wait_for("the rates", Duration::from_secs(60), || {
+        let samples = parse(&get_text(&cluster.rest_address, "/metrics").1);
+        let source = value(
+            &samples,
+            "flink_taskmanager_job_task_backPressuredTimeMsPerSecond",
+            &[("job_id", &id), ("task_id", "source")],
+        )?;
+        let sink = value(
+            &samples,
+            "flink_taskmanager_job_task_busyTimeMsPerSecond",
+            &[("job_id", &id), ("task_id", "reduce")],
+        )?;
+        (source > 500.0 && sink > 500.0).then_some(samples)
+    });
+    let source_busy = value(
+        &samples,
+        "flink_taskmanager_job_task_busyTimeMsPerSecond",
+        &[("job_id", &id), ("task_id", "source")],
+    )
+    .unwrap();
+    assert!(
+        source_busy < 500.0,
+        "the source mostly waits for buffers: busy {source_busy}"
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
