@@ -223,6 +223,42 @@ fn the_floe_binary_does_not_depend_on_the_kubernetes_client_or_controller() {
     }
 }
 
+/// The worker image's production base (distroless `cc-debian12`) has glibc, libgcc and libstdc++
+/// and nothing else: a binary that needs another shared library (zlib, which librdkafka would
+/// link by default) does not start there, though it starts on the base the container tests make
+/// from this machine's libraries.
+#[test]
+fn the_floe_binary_needs_only_the_libraries_of_the_worker_base() {
+    let out = Command::new("objdump")
+        .args(["-p", env!("CARGO_BIN_EXE_floe")])
+        .output();
+    let Ok(out) = out else {
+        panic!("objdump is missing (.ci/setup installs binutils)");
+    };
+    let needed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+        .map(|l| l.trim().to_string())
+        .collect();
+    assert!(!needed.is_empty(), "objdump found no NEEDED entries");
+    let base = [
+        "libc.so.6",
+        "libm.so.6",
+        "libgcc_s.so.1",
+        "libstdc++.so.6",
+        "ld-linux-x86-64.so.2",
+        "libpthread.so.0",
+        "libdl.so.2",
+        "librt.so.1",
+    ];
+    for lib in &needed {
+        assert!(
+            base.contains(&lib.as_str()),
+            "floe needs {lib}, which distroless cc-debian12 does not have"
+        );
+    }
+}
+
 /// `floe jobs` lists every registered job with its declared arguments, and a wrong argument is
 /// refused naming it and the job, before anything runs (issue 15).
 #[test]

@@ -123,3 +123,69 @@ fn sigterm_fails_a_taskmanagers_tasks_at_once_and_stops_a_jobmanager() {
     println!("JobManager exited {:?} after SIGTERM", started.elapsed());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 16: with `--log-format json` (the operator's pods run so) every log line is one JSON
+/// object with Flink-like fields a log collector indexes: time, level, target, message.
+#[test]
+fn processes_in_pods_log_one_json_object_a_line() {
+    let dir = common::scratch("pods-json-logs");
+    let manifest = manifest(&dir, 2_000);
+    let log = dir.join("jobmanager.log");
+    let (jm, rpc, _rest) = jobmanager_with(&manifest, &log, &["--log-format", "json"]);
+    let tm_log = dir.join("taskmanager.log");
+    let mut tm = Proc(
+        Command::new(common::FLOE)
+            .args([
+                "taskmanager",
+                "--jobmanager",
+                &rpc,
+                "--slots",
+                "2",
+                "--log-format",
+                "json",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&tm_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    while !std::fs::read_to_string(&tm_log)
+        .unwrap()
+        .contains("registered with JobManager")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the TaskManager did not register"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sigterm(&tm);
+    assert_eq!(exits(&mut tm, Duration::from_secs(10)), Some(0));
+    drop(jm);
+    for path in [&log, &tm_log] {
+        let text = std::fs::read_to_string(path).unwrap();
+        assert!(!text.trim().is_empty(), "{} logged nothing", path.display());
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: not a JSON line ({e}): {line}", path.display()));
+            for field in ["timestamp", "level", "target"] {
+                assert!(v[field].is_string(), "{field} in {line}");
+            }
+            assert!(v["fields"]["message"].is_string(), "a message in {line}");
+        }
+    }
+    let registered = std::fs::read_to_string(&tm_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("registered with JobManager")
+        })
+        .unwrap();
+    assert_eq!(registered["level"], "INFO", "{registered}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

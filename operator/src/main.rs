@@ -17,8 +17,18 @@ use floe_operator::resources::Defaults;
     about = "Reconciles FlinkJobs into Floe clusters"
 )]
 struct Cli {
+    /// Log lines as text, or JSON (one object a line) for the cluster's log collector (the
+    /// chart's default).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,13 +106,16 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    );
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
+    match cli.command {
         Command::Crd => print!("{}", floe_operator::crd::crd_yaml()),
         Command::Render {
             file,

@@ -181,6 +181,9 @@ pub(super) fn deployment(
                 // TaskManager pods may take minutes to be scheduled and pull their image.
                 "--slot-request-timeout-s".into(),
                 "600".into(),
+                // One JSON object a line, for the cluster's log collector.
+                "--log-format".into(),
+                "json".into(),
             ],
             vec![("rpc", RPC_PORT), ("rest", REST_PORT)],
             spec.job_manager.as_ref().and_then(|p| p.resources.as_ref()),
@@ -202,6 +205,9 @@ pub(super) fn deployment(
                 "$(POD_NAME)".into(),
                 "--data-dir".into(),
                 "/tmp/floe".into(),
+                // One JSON object a line, for the cluster's log collector.
+                "--log-format".into(),
+                "json".into(),
             ]
             .into_iter()
             // The JobManager reads its configuration from the manifest; a TaskManager gets the

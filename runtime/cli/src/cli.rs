@@ -23,8 +23,33 @@ use crate::{application, generate, graph_file, run_cmd};
     about = "Floe: Flink's runtime ideas, Kubernetes-native, in Rust"
 )]
 struct Cli {
+    /// Log lines as text for people, or JSON (one object a line) for a cluster's log collector:
+    /// the operator's JobManager and TaskManager pods run with `json`.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How the process writes its log lines (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the process's log subscriber: `RUST_LOG` filters (else `default_level`), lines to
+/// stderr as text or JSON.
+pub fn init_logs(format: LogFormat, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -217,13 +242,7 @@ pub fn main(registry: JobRegistry) -> ExitCode {
         Command::Jobmanager { .. } | Command::Taskmanager { .. } => "info",
         _ => "warn",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logs(cli.log_format, default_level);
     match run(cli, registry) {
         Ok(code) => code,
         Err(f) => {
