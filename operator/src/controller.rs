@@ -40,6 +40,17 @@ pub enum Error {
     NoNamespace(String),
 }
 
+impl Error {
+    /// The kind of failure, as the `reason` label of `floe_operator_reconcile_failures_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "Kube",
+            Error::Finalizer(_) => "Finalizer",
+            Error::NoNamespace(_) => "NoNamespace",
+        }
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything reconcile needs.
@@ -51,6 +62,8 @@ pub struct Context {
     pub defaults: Defaults,
     /// REST base URL of a job's JobManager: its Service's DNS name in the cluster.
     pub jobmanager_url: fn(&FlinkJob) -> String,
+    /// Reconciles, failures and durations (`/metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl std::fmt::Debug for Context {
@@ -74,6 +87,7 @@ impl Context {
             jobmanager,
             defaults,
             jobmanager_url: in_cluster_jobmanager_url,
+            metrics: crate::metrics::Metrics::shared(),
         }
     }
 }
@@ -115,6 +129,14 @@ pub fn decode(object: &DynamicObject) -> std::result::Result<FlinkJob, String> {
 }
 
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let metrics = ctx.metrics.clone();
+    let result = reconcile_object(object, ctx).await;
+    metrics.reconciled(started.elapsed());
+    result
+}
+
+async fn reconcile_object(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let ns = object
         .namespace()
         .ok_or_else(|| Error::NoNamespace(object.name_any()))?;
@@ -192,7 +214,8 @@ async fn undecodable(object: &DynamicObject, message: &str, ctx: &Context) -> Re
     Ok(Action::await_change())
 }
 
-pub fn error_policy(job: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(job: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed(error.reason());
     tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 15s");
     Action::requeue(Duration::from_secs(15))
 }

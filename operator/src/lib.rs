@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crd;
 pub mod jobmanager_api;
 pub mod leader;
+pub mod metrics;
 pub mod rbac;
 pub mod render;
 pub mod resources;

@@ -1,6 +1,6 @@
 //! `floe-operator`: `crd` prints the CustomResourceDefinition; `render` prints what a reconcile
 //! would apply for a FlinkJob file; `run` runs the controller with the in-cluster service account
-//! (or the local kubeconfig), plus a `/healthz` endpoint for probes.
+//! (or the local kubeconfig), plus `/healthz` for probes and `/metrics` (OpenMetrics) on one port.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -171,12 +171,30 @@ async fn run() -> anyhow::Result<()> {
                 });
             }
             let client = kube::Client::try_default().await?;
+            let ctx = Context::new(client.clone(), Arc::new(RestClient::default()), defaults);
             let health = tokio::net::TcpListener::bind(health_address).await?;
-            let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok" }));
+            let metrics = ctx.metrics.clone();
+            let app = axum::Router::new()
+                .route("/healthz", axum::routing::get(|| async { "ok" }))
+                // Reconciliations, failures by reason, reconcile durations (controller-rs style).
+                .route(
+                    "/metrics",
+                    axum::routing::get(move || {
+                        let metrics = metrics.clone();
+                        async move {
+                            (
+                                [(
+                                    axum::http::header::CONTENT_TYPE,
+                                    floe_operator::metrics::OPENMETRICS,
+                                )],
+                                metrics.encode(),
+                            )
+                        }
+                    }),
+                );
             tokio::spawn(async move { axum::serve(health, app).await });
             let namespaces: Vec<String> = watch_namespaces.into_iter().filter(|n| !n.is_empty()).collect();
             tracing::info!(?namespaces, %default_image, network_policies, "floe-operator starting");
-            let ctx = Context::new(client.clone(), Arc::new(RestClient::default()), defaults);
             let controller = controller::run(client.clone(), namespaces, ctx);
             match operator_namespace.filter(|_| leader_election) {
                 Some(namespace) => {

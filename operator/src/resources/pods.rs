@@ -311,7 +311,17 @@ pub(super) fn deployment(
     };
     let mut pod_labels = template.labels.clone();
     pod_labels.extend(labels(job, Some(component)));
-    let mut annotations = template.annotations.clone();
+    let mut annotations = BTreeMap::new();
+    if component == Component::JobManager {
+        // Prometheus's annotation-based discovery finds the JobManager's `/metrics` (Flink's
+        // metric names) on its REST port; a pod template's annotations override these.
+        annotations.extend([
+            ("prometheus.io/scrape".to_string(), "true".to_string()),
+            ("prometheus.io/port".to_string(), REST_PORT.to_string()),
+            ("prometheus.io/path".to_string(), "/metrics".to_string()),
+        ]);
+    }
+    annotations.extend(template.annotations.clone());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), spec_hash(job));
     Deployment {
         metadata: meta(job, object_name(job, component), Some(component)),
