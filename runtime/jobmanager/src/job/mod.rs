@@ -139,6 +139,20 @@ pub struct TaskCounters {
     pub late_records_dropped: u64,
 }
 
+/// Failures `GET /jobs/{id}/exceptions` keeps.
+pub const EXCEPTION_HISTORY: usize = 64;
+
+/// One failure of a job (Flink's exception history entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobException {
+    pub timestamp_ms: u64,
+    pub cause: String,
+    /// The tasks that failed together (`vertex#subtask`).
+    pub tasks: Vec<String>,
+    /// Where they ran.
+    pub taskmanagers: Vec<String>,
+}
+
 /// One job's scheduling state and its reactions to events.
 #[derive(Debug)]
 pub struct JobMaster {
@@ -147,6 +161,9 @@ pub struct JobMaster {
     pub fingerprint: String,
     pub status: JobStatus,
     pub failure: Option<String>,
+    /// The failures the job went through, oldest first (the last [`EXCEPTION_HISTORY`]): what
+    /// `GET /jobs/{id}/exceptions` shows.
+    pub exceptions: std::collections::VecDeque<JobException>,
     pub graph: ExecutionGraph,
     pub regions: PipelinedRegions,
     strategy: PipelinedRegionSchedulingStrategy,
@@ -324,6 +341,7 @@ impl JobMaster {
             strategy,
             restart,
             restarts: 0,
+            exceptions: std::collections::VecDeque::new(),
             shuffle: TaskManagerShuffleMaster::default(),
             group_of_task,
             slot_of_group: Vec::new(),
@@ -928,6 +946,22 @@ impl JobMaster {
             return self.maybe_terminal();
         }
         tracing::warn!(job = %self.id, "{cause}");
+        if self.exceptions.len() == EXCEPTION_HISTORY {
+            self.exceptions.pop_front();
+        }
+        self.exceptions.push_back(JobException {
+            // For people reading the history only; no decision depends on it.
+            timestamp_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            cause: cause.clone(),
+            tasks: failed.iter().map(|&v| self.graph.task_name(v)).collect(),
+            taskmanagers: failed
+                .iter()
+                .filter_map(|&v| self.location[self.graph.global_index(v)].as_ref())
+                .map(|s| s.taskmanager.clone())
+                .collect(),
+        });
         if !recoverable || self.restarts >= self.restart.attempts {
             self.failure = Some(if recoverable {
                 format!(

@@ -2,10 +2,12 @@
 //! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint),
 //! `GET /jobs/{id}/vertices/{vertex}/watermarks` (each subtask's current watermark), savepoints
 //! (`savepoints.rs`), plus `GET /taskmanagers` (slots and shuffle buffer use, which the
-//! backpressure test reads) and `GET /metrics` (OpenMetrics, Flink's names: `metrics.rs`).
+//! backpressure test reads), `GET /metrics` (OpenMetrics, Flink's names: `metrics.rs`) and the
+//! views Flink's web UI reads (`views.rs`).
 
 mod metrics;
 mod savepoints;
+mod views;
 
 pub use metrics::{OPENMETRICS, render as render_metrics};
 
@@ -35,7 +37,17 @@ pub fn router(jm: JobManager) -> Router {
             get(resource_requirements).put(put_resource_requirements),
         )
         .route("/jobs/{id}/vertices/{vertex}/watermarks", get(watermarks))
+        .route("/jobs/{id}/vertices/{vertex}", get(views::vertex))
+        .route(
+            "/jobs/{id}/vertices/{vertex}/backpressure",
+            get(views::backpressure),
+        )
+        .route("/jobs/{id}/exceptions", get(views::exceptions))
+        .route("/jobs/{id}/config", get(views::config))
+        .route("/overview", get(views::overview))
+        .route("/jobs/overview", get(views::jobs_overview))
         .route("/taskmanagers", get(taskmanagers))
+        .route("/taskmanagers/{id}", get(views::taskmanager))
         // Prometheus / OpenMetrics, Flink's metric names and labels.
         .route("/metrics", get(metrics::metrics))
         // As Flink's REST API: every error answers `{"errors": [...]}` naming what was asked.
