@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use floe::local_cluster::{ClusterSpec, LocalCluster};
@@ -34,17 +34,6 @@ fn get(cluster: &LocalCluster, path: &str) -> Value {
     let (status, body) = http("GET", &cluster.rest_address, path);
     assert_eq!(status, 200, "{path}: {body}");
     body
-}
-
-fn wait_for(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<Value>) -> Value {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Every line a fault-free run commits: for each word, its running counts 1..=total.

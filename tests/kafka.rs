@@ -26,7 +26,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::kafka::{Broker, broker_or_skip};
 use common::*;
@@ -73,17 +73,6 @@ fn get(cluster: &LocalCluster, path: &str) -> Value {
     let (status, body) = http("GET", &cluster.rest_address, path);
     assert_eq!(status, 200, "{path}: {body}");
     body
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn ended(cluster: &LocalCluster, id: &str, timeout: Duration) -> Value {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -15,17 +15,6 @@ fn get(rest: &str, path: &str) -> Value {
     let (status, body) = http("GET", rest, path);
     assert_eq!(status, 200, "{path}: {body}");
     body
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -118,7 +107,10 @@ fn the_views_of_flinks_web_ui_describe_a_job_that_lost_a_taskmanager() {
         assert_eq!(s["taskmanager-id"], d["taskmanager-id"]);
     }
     assert!(
-        !reduce["subtasks"][0]["prior-attempts"].as_array().unwrap().is_empty(),
+        !reduce["subtasks"][0]["prior-attempts"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
         "the restarted subtask shows its earlier attempt: {reduce}"
     );
 

@@ -9,6 +9,18 @@ use std::sync::OnceLock;
 
 pub const FLOE: &str = env!("CARGO_BIN_EXE_floe");
 
+/// Polls `probe` every 50 ms until it gives a value; fails naming `what` after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: std::time::Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A fresh directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("floe-test-{}-{name}", std::process::id()));

@@ -73,10 +73,8 @@ fn fill(broker: &Broker, topic: &str, records: u64) {
     producer.flush(Duration::from_secs(120)).expect("flush");
 }
 
-/// The hand-written loop: consume everything, count per key, produce counts in a transaction a
-/// second. Returns its seconds.
-fn baseline(broker: &Broker, input: &str, output: &str, records: u64) -> f64 {
-    let start = Instant::now();
+/// A `read_committed` consumer of both partitions of `topic`, from the beginning.
+fn reader(broker: &Broker, topic: &str) -> BaseConsumer {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker.bootstrap)
         .set("isolation.level", "read_committed")
@@ -86,10 +84,18 @@ fn baseline(broker: &Broker, input: &str, output: &str, records: u64) -> f64 {
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..2 {
-        tpl.add_partition_offset(input, p, Offset::Beginning)
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
             .expect("tpl");
     }
     consumer.assign(&tpl).expect("assign");
+    consumer
+}
+
+/// The hand-written loop: consume everything, count per key, produce counts in a transaction a
+/// second. Returns its seconds.
+fn baseline(broker: &Broker, input: &str, output: &str, records: u64) -> f64 {
+    let start = Instant::now();
+    let consumer = reader(broker, input);
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", &broker.bootstrap)
         .set("transactional.id", "bench-baseline")
@@ -259,19 +265,7 @@ fn main() {
             producer.flush(Duration::from_secs(30)).expect("flush");
         })
     };
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
-        .set("isolation.level", "read_committed")
-        // librdkafka assigns partitions only to a consumer with a group id.
-        .set("group.id", "floe-test-reader")
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..2 {
-        tpl.add_partition_offset("live-out", p, Offset::Beginning)
-            .expect("tpl");
-    }
-    consumer.assign(&tpl).expect("assign");
+    let consumer = reader(&broker, "live-out");
     let started = Instant::now();
     let mut latencies = Vec::new();
     let mut seen = 0u64;

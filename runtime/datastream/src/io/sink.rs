@@ -95,8 +95,17 @@ impl<T: Data> Op<T> for SinkOp<T> {
 }
 
 pub(crate) fn sink_op<T: Data>(prefix: Vec<u8>, threshold: usize, metrics: Arc<TaskMetrics>) -> BoxOp<T> {
+    new_sink_op(None, prefix, threshold, metrics)
+}
+
+fn new_sink_op<T: Data>(
+    encode: Option<crate::connector::Encoder<T>>,
+    prefix: Vec<u8>,
+    threshold: usize,
+    metrics: Arc<TaskMetrics>,
+) -> BoxOp<T> {
     let mut op = SinkOp::<T> {
-        encode: None,
+        encode,
         prefix,
         buffer: Vec::new(),
         threshold,
@@ -115,18 +124,7 @@ pub(crate) fn framed_sink_op<T: Data>(
     threshold: usize,
     metrics: Arc<TaskMetrics>,
 ) -> BoxOp<T> {
-    let mut op = SinkOp::<T> {
-        encode: Some(encode),
-        prefix: Vec::new(),
-        buffer: Vec::new(),
-        threshold,
-        pending: Vec::new(),
-        count: 0,
-        metrics,
-        _t: std::marker::PhantomData,
-    };
-    op.buffer.reserve(op.next_capacity());
-    Box::new(op)
+    new_sink_op(Some(encode), Vec::new(), threshold, metrics)
 }
 
 /// The asynchronous end of a sink: the writer and committer of the unified sink model (seed 000).
