@@ -31,6 +31,8 @@ pub const RPC_PORT: i32 = 6123;
 pub const REST_PORT: i32 = 8081;
 /// TaskManager data port (gRPC TaskExecutor and Shuffle services).
 pub const TASKMANAGER_PORT: i32 = 6121;
+/// A TaskManager's own `/metrics` (Flink's Prometheus reporter port).
+pub const TASKMANAGER_METRICS_PORT: i32 = 9249;
 /// Where the ConfigMap with the job's manifest is mounted.
 pub const CONFIG_DIR: &str = "/etc/floe";
 /// The label every object of a job carries; its value is the FlinkJob's name.

@@ -20,7 +20,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::manifest::{MANIFEST_FILE, spec_hash};
 use super::{
     CONFIG_DIR, CONFIG_HASH_ANNOTATION, Component, Defaults, REST_PORT, RPC_PORT, RUN_AS_USER,
-    TASKMANAGER_PORT, config_map_name, jobmanager_host, labels, meta, object_name, selector_labels,
+    TASKMANAGER_METRICS_PORT, TASKMANAGER_PORT, config_map_name, jobmanager_host, labels, meta, object_name,
+    selector_labels,
 };
 
 /// The address every process binds: all interfaces, IPv6 and IPv4 (a dual-stack socket; the
@@ -208,6 +209,8 @@ pub(super) fn deployment(
                 // One JSON object a line, for the cluster's log collector.
                 "--log-format".into(),
                 "json".into(),
+                "--metrics-address".into(),
+                any_address(TASKMANAGER_METRICS_PORT),
             ]
             .into_iter()
             // The JobManager reads its configuration from the manifest; a TaskManager gets the
@@ -219,7 +222,7 @@ pub(super) fn deployment(
                     .map(|(k, v)| format!("-D{k}={v}")),
             )
             .collect(),
-            vec![("data", TASKMANAGER_PORT)],
+            vec![("data", TASKMANAGER_PORT), ("metrics", TASKMANAGER_METRICS_PORT)],
             spec.task_manager.resources.as_ref(),
         ),
     };
@@ -312,15 +315,18 @@ pub(super) fn deployment(
     let mut pod_labels = template.labels.clone();
     pod_labels.extend(labels(job, Some(component)));
     let mut annotations = BTreeMap::new();
-    if component == Component::JobManager {
-        // Prometheus's annotation-based discovery finds the JobManager's `/metrics` (Flink's
-        // metric names) on its REST port; a pod template's annotations override these.
-        annotations.extend([
-            ("prometheus.io/scrape".to_string(), "true".to_string()),
-            ("prometheus.io/port".to_string(), REST_PORT.to_string()),
-            ("prometheus.io/path".to_string(), "/metrics".to_string()),
-        ]);
-    }
+    // Prometheus's annotation-based discovery finds each pod's `/metrics` (Flink's metric names):
+    // the JobManager's on its REST port, a TaskManager's on its metrics port. A pod template's
+    // annotations override these.
+    let metrics_port = match component {
+        Component::JobManager => REST_PORT,
+        Component::TaskManager => TASKMANAGER_METRICS_PORT,
+    };
+    annotations.extend([
+        ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ("prometheus.io/port".to_string(), metrics_port.to_string()),
+        ("prometheus.io/path".to_string(), "/metrics".to_string()),
+    ]);
     annotations.extend(template.annotations.clone());
     annotations.insert(CONFIG_HASH_ANNOTATION.into(), spec_hash(job));
     Deployment {

@@ -129,6 +129,10 @@ enum Command {
         /// Local directory for blocking shuffle partitions (default: a temp directory).
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// Serve this TaskManager's `/metrics` (its tasks' figures, Flink's names) here; Flink's
+        /// Prometheus reporter port is 9249. Default: not served.
+        #[arg(long)]
+        metrics_address: Option<SocketAddr>,
         /// Give up (exit 1) when no JobManager took the registration within this many seconds.
         /// Default: keep trying, with backoff up to 10 s, as a pod should.
         #[arg(long)]
@@ -400,6 +404,7 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             registration_timeout_s,
             exit_on_stdin_eof: eof,
             properties,
+            metrics_address,
         } => {
             if eof {
                 exit_on_stdin_eof();
@@ -419,6 +424,7 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
                 data_dir,
                 registration_timeout: registration_timeout_s.map(Duration::from_secs),
                 registry,
+                metrics_address,
             };
             runtime()?
                 .block_on(floe_taskmanager::run_until(config, terminated()))

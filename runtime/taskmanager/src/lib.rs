@@ -41,6 +41,7 @@ mod checkpoints;
 mod deployment;
 mod executor;
 pub mod history;
+mod metrics;
 mod registration;
 mod tasks;
 mod thread;
@@ -64,6 +65,8 @@ pub struct TaskManagerConfig {
     /// The jobs this TaskManager can run: the same registry (the same build) as the JobManager's,
     /// which the graph fingerprint of each deployment checks.
     pub registry: JobRegistry,
+    /// Where its own `/metrics` is served (`None`: not served).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 /// The TaskManager's shared state.
@@ -91,6 +94,8 @@ struct Inner {
     tasks: Mutex<HashMap<tasks::AttemptKey, tasks::TaskEntry>>,
     /// Local scratch space: blocking partitions, RocksDB instances.
     data_dir: PathBuf,
+    /// Slots it offers (its `/metrics`).
+    slots: u32,
 }
 
 impl TaskManager {
@@ -220,6 +225,7 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
             jobs: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
             data_dir: config.data_dir.clone(),
+            slots: config.slots,
         }),
     };
     let server = floe_proto::tls::server_builder()
@@ -252,8 +258,20 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
         }
     };
     let _ = tm.admit(response.leader_epoch);
+    let mut metrics = String::new();
+    if let Some(at) = config.metrics_address {
+        let listener = floe_proto::net::bind(at).await.map_err(|cause| Error::Bind {
+            address: at.to_string(),
+            cause,
+        })?;
+        metrics = format!(
+            " metrics={}",
+            listener.local_addr().map_err(|e| Error::Serve(e.to_string()))?
+        );
+        tm.serve_metrics(listener);
+    }
     println!(
-        "floe taskmanager {} listening {address} slots={}",
+        "floe taskmanager {} listening {address} slots={}{metrics}",
         config.id, config.slots
     );
     tracing::info!(id = %config.id, %address, "registered with JobManager {}", response.jobmanager_id);
@@ -290,6 +308,7 @@ mod tests {
                 jobs: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
                 data_dir: dir.to_path_buf(),
+                slots: 1,
             }),
         }
     }
