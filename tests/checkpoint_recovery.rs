@@ -133,12 +133,7 @@ fn recover(
         .as_str()
         .unwrap()
         .to_string();
-    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_taskmanager(&cluster, &victim);
     let _restarted = (fault == Fault::RestartUnderSameId).then(|| {
         let child = std::process::Command::new(FLOE)
             .args([
@@ -294,12 +289,7 @@ fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
         .as_str()
         .unwrap()
         .to_string();
-    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_taskmanager(&cluster, &victim);
     let end = wait_for("the job to end", Duration::from_secs(120), || {
         let j = get(&cluster, &format!("/jobs/{id}"));
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)

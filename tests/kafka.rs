@@ -149,12 +149,7 @@ fn kill_taskmanager_of(cluster: &LocalCluster, id: &str, vertex: &str) {
         .find(|v| v["id"] == vertex)
         .unwrap_or_else(|| panic!("no {vertex} vertex: {job}"));
     let victim = v["subtasks"][0]["taskmanager-id"].as_str().unwrap();
-    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_taskmanager(cluster, victim);
 }
 
 fn two_checkpoints(cluster: &LocalCluster, id: &str) {

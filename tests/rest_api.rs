@@ -65,12 +65,7 @@ fn the_views_of_flinks_web_ui_describe_a_job_that_lost_a_taskmanager() {
             .any(|t| t["task"] == "reduce#0"),
         "{live}"
     );
-    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_taskmanager(&cluster, &victim);
     let end = wait_for("the job to end", Duration::from_secs(120), || {
         let j = get(&rest, &format!("/jobs/{id}"));
         matches!(j["state"].as_str(), Some("FINISHED" | "FAILED")).then_some(j)

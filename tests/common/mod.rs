@@ -21,6 +21,17 @@ pub fn wait_for<T>(what: &str, timeout: std::time::Duration, mut probe: impl FnM
     }
 }
 
+/// SIGKILLs the TaskManager of a [`floe::local_cluster::LocalCluster`] named `tm_id`
+/// (`taskmanager-N`, as the REST API names it).
+pub fn kill_taskmanager(cluster: &floe::local_cluster::LocalCluster, tm_id: &str) {
+    let index: usize = tm_id.strip_prefix("taskmanager-").unwrap().parse().unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &cluster.taskmanager_pids()[index].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+}
+
 /// A fresh directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("floe-test-{}-{name}", std::process::id()));
