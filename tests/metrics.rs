@@ -203,6 +203,16 @@ fn metrics_parse_as_openmetrics_and_equal_the_rest_api() {
                 s["records-out"].as_f64(),
                 "{labels:?}"
             );
+            assert_eq!(
+                value(&samples, "flink_taskmanager_job_task_numBytesIn", &labels),
+                s["bytes-in"].as_f64(),
+                "{labels:?}"
+            );
+            assert_eq!(
+                value(&samples, "flink_taskmanager_job_task_numBytesOut", &labels),
+                s["bytes-out"].as_f64(),
+                "{labels:?}"
+            );
             subtasks += 1;
         }
     }
@@ -216,6 +226,29 @@ fn metrics_parse_as_openmetrics_and_equal_the_rest_api() {
         read, 160_000.0,
         "the sources' records out are the lines generated"
     );
+    // Every byte a vertex wrote into the shuffle, the next one read: source -> map -> reduce.
+    let bytes = |name: &str, task: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|(n, l, _)| n == name && l["task_id"] == task && l["job_id"] == id)
+            .map(|s| s.2)
+            .sum()
+    };
+    let (source_out, map_in) = (
+        bytes("flink_taskmanager_job_task_numBytesOut", "source"),
+        bytes("flink_taskmanager_job_task_numBytesIn", "map"),
+    );
+    assert!(source_out > 160_000.0, "at least a byte per line: {source_out}");
+    assert_eq!(
+        source_out, map_in,
+        "the source's bytes out are the map's bytes in"
+    );
+    assert_eq!(
+        bytes("flink_taskmanager_job_task_numBytesOut", "map"),
+        bytes("flink_taskmanager_job_task_numBytesIn", "reduce"),
+        "the map's bytes out are the reduce's bytes in"
+    );
+    assert_eq!(bytes("flink_taskmanager_job_task_numBytesIn", "source"), 0.0);
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -266,6 +299,35 @@ fn a_slow_sink_shows_as_backpressure_at_the_source_and_busy_time_at_the_sink() {
         source_busy < 500.0,
         "the source mostly waits for buffers: busy {source_busy}"
     );
+    // Flink's buffer usage says where it backs up: the queues out of the source are full, and the
+    // slow reduce holds input buffers. Its channels are local (one TaskManager): their stream runs
+    // on the task's own thread, so while the task works through one buffer only the other of its
+    // two credits' buffers can wait (0.5), and none for the instant it asks for the next; the
+    // figures are of the last heartbeat, so they are waited for.
+    let usage = |samples: &[Sample], name: &str, task: &str| {
+        value(samples, name, &[("job_id", &id), ("task_id", task)]).unwrap_or(-1.0)
+    };
+    let (source_out, reduce_in) = wait_for(
+        "buffer usage of the backed-up pipeline",
+        Duration::from_secs(60),
+        || {
+            let samples = parse(&get_text(&cluster.rest_address, "/metrics").1);
+            let source_out = usage(
+                &samples,
+                "flink_taskmanager_job_task_buffers_outPoolUsage",
+                "source",
+            );
+            let reduce_in = usage(
+                &samples,
+                "flink_taskmanager_job_task_buffers_inPoolUsage",
+                "reduce",
+            );
+            let map_in = usage(&samples, "flink_taskmanager_job_task_buffers_inPoolUsage", "map");
+            assert!((0.0..=1.0).contains(&map_in), "a ratio: {map_in}");
+            (source_out > 0.9 && reduce_in >= 0.5).then_some((source_out, reduce_in))
+        },
+    );
+    eprintln!("buffers: source outPoolUsage {source_out}, reduce inPoolUsage {reduce_in}");
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }

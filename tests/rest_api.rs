@@ -49,6 +49,37 @@ fn the_views_of_flinks_web_ui_describe_a_job_that_lost_a_taskmanager() {
         let c = get(&rest, &format!("/jobs/{id}/checkpoints"));
         (c["counts"]["completed"].as_u64().unwrap_or(0) >= 2).then_some(())
     });
+    // The checkpoint history: newest first, each completed one acknowledged by all six subtasks,
+    // and per vertex in its details.
+    let c = get(&rest, &format!("/jobs/{id}/checkpoints"));
+    let history = c["history"].as_array().unwrap();
+    let completed: Vec<&Value> = history.iter().filter(|h| h["status"] == "COMPLETED").collect();
+    assert!(completed.len() >= 2, "{c}");
+    let ids: Vec<u64> = history.iter().map(|h| h["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] > w[1]), "newest first: {ids:?}");
+    for h in &completed {
+        assert_eq!(h["num_subtasks"], 6, "{h}");
+        assert_eq!(h["num_acknowledged_subtasks"], 6, "{h}");
+        assert!(h["end_to_end_duration"].as_u64().is_some(), "{h}");
+    }
+    let latest = &c["latest"]["completed"];
+    let same = completed.iter().find(|h| h["id"] == latest["id"]).unwrap();
+    assert_eq!(same["checkpointed_size"], latest["checkpointed_size"], "{c}");
+    assert_eq!(same["state_size"], latest["state_size"], "{c}");
+    let details = get(&rest, &format!("/jobs/{id}/checkpoints/details/{}", latest["id"]));
+    for vertex in ["source", "map", "reduce"] {
+        let t = &details["tasks"][vertex];
+        assert_eq!(t["num_acknowledged_subtasks"], 2, "{vertex}: {details}");
+        assert_eq!(t["subtasks"].as_array().unwrap().len(), 2, "{details}");
+    }
+    let sizes: u64 = ["source", "map", "reduce"]
+        .iter()
+        .map(|v| details["tasks"][v]["state_size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(sizes, latest["state_size"].as_u64().unwrap(), "{details}");
+    let (status, _) = http("GET", &rest, &format!("/jobs/{id}/checkpoints/details/999999"));
+    assert_eq!(status, 404);
+
     let reduce = get(&rest, &format!("/jobs/{id}/vertices/reduce"));
     assert_eq!(reduce["parallelism"], 2, "{reduce}");
     let victim = reduce["subtasks"][0]["taskmanager-id"]

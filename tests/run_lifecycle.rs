@@ -114,3 +114,80 @@ fn sigkill_of_floe_run_still_stops_every_child() {
     child.wait().unwrap();
     wait_gone(&kids);
 }
+
+/// `floe run` prints its web UI's URL; with `--keep-ui` the UI stays up after the job ended, shows
+/// it FINISHED, and Ctrl-C then stops the cluster with the job's exit code (0), leaving no child.
+#[test]
+fn keep_ui_serves_the_ui_after_the_job_until_ctrl_c() {
+    let dir = scratch("keep-ui");
+    let (input, reference) = input();
+    let manifest = wordcount_manifest(&dir, input, &dir.join("out"), "batch", 2, 1, 2, &[]);
+    let mut child = Command::new(FLOE)
+        .args(["run", "--keep-ui", "-f"])
+        .arg(&manifest)
+        .arg("--work-dir")
+        .arg(dir.join("work"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let url = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "floe run ended before printing the UI's URL"
+        );
+        if let Some(rest) = line.strip_prefix("Web UI: ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let address = url
+        .strip_prefix("http://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("not an http URL: {url}"))
+        .to_string();
+    // The summary line: the job ended.
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut summary = String::new();
+    while !summary.starts_with("Job wordcount") {
+        summary.clear();
+        assert!(out.read_line(&mut summary).unwrap() > 0, "no summary line");
+    }
+    assert!(summary.contains("FINISHED"), "{summary}");
+    assert_batch_output(&dir.join("out"), reference);
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    // Still served after the end: the page, and the job FINISHED behind it.
+    let mut page = String::new();
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&address).unwrap();
+        write!(
+            s,
+            "GET / HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        s.read_to_string(&mut page).unwrap();
+    }
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<script src=\"ui/app.js\">"), "{page}");
+    let jobs = http("GET", &address, "/jobs/overview").1;
+    assert_eq!(jobs["jobs"][0]["state"], "FINISHED", "{jobs}");
+    let kids = children(child.id());
+    assert_eq!(kids.len(), 2, "the JobManager and the TaskManager still run");
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the job's exit code, not an interruption's"
+    );
+    wait_gone(&kids);
+    assert!(try_http("GET", &address, "/overview").is_none(), "the UI is gone");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -83,6 +83,14 @@ enum Command {
         /// The operator pods' labels, `key=value,...` (the chart passes its selector labels).
         #[arg(long)]
         operator_pod_labels: Option<String>,
+        /// With `--network-policies`: the namespace of the Prometheus that scrapes the jobs; the
+        /// policies let its pods (`--metrics-scraper-pod-labels`) reach the JobManager's REST port
+        /// (`/metrics`) and the TaskManagers' metrics port (9249).
+        #[arg(long, requires_all = ["network_policies", "metrics_scraper_pod_labels"])]
+        metrics_scraper_namespace: Option<String>,
+        /// The Prometheus pods' labels, `key=value,...`.
+        #[arg(long, requires = "metrics_scraper_namespace")]
+        metrics_scraper_pod_labels: Option<String>,
         /// Reconcile only while holding the Lease `floe-operator-leader` in `--operator-namespace`,
         /// so several replicas never reconcile at once.
         #[arg(long, requires = "operator_namespace")]
@@ -158,6 +166,8 @@ async fn run() -> anyhow::Result<()> {
             network_policies,
             operator_namespace,
             operator_pod_labels,
+            metrics_scraper_namespace,
+            metrics_scraper_pod_labels,
             leader_election,
             identity,
         } => {
@@ -169,6 +179,13 @@ async fn run() -> anyhow::Result<()> {
                     namespace: operator_namespace.clone().unwrap_or_default(),
                     labels,
                 });
+            }
+            if let Some(namespace) = metrics_scraper_namespace {
+                let labels =
+                    floe_operator::resources::parse_labels(&metrics_scraper_pod_labels.unwrap_or_default())
+                        .map_err(|e| anyhow::anyhow!("--metrics-scraper-pod-labels: {e}"))?;
+                defaults.metrics_scrapers =
+                    Some(floe_operator::resources::OperatorPods { namespace, labels });
             }
             let client = kube::Client::try_default().await?;
             let ctx = Context::new(client.clone(), Arc::new(RestClient::default()), defaults);

@@ -52,6 +52,15 @@ app.kubernetes.io/name={{ include "floe-operator.name" . }},app.kubernetes.io/in
 {{- end }}
 
 {{/*
+A map of labels as key=value pairs separated by commas (--metrics-scraper-pod-labels).
+*/}}
+{{- define "floe-operator.labelPairs" -}}
+{{- $pairs := list }}
+{{- range $k, $v := . }}{{ $pairs = append $pairs (printf "%s=%s" $k $v) }}{{ end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/*
 Name of the ServiceAccount the operator runs as.
 */}}
 {{- define "floe-operator.serviceAccountName" -}}

@@ -52,6 +52,9 @@ pub struct Defaults {
     /// namespace and its pods' labels. `None`: no NetworkPolicy is made (the operator was started
     /// without `--network-policies`).
     pub operator: Option<OperatorPods>,
+    /// Who scrapes the jobs' metrics (a Prometheus): the NetworkPolicy lets these pods reach the
+    /// JobManager's REST port (its `/metrics`) and the TaskManagers' metrics port.
+    pub metrics_scrapers: Option<OperatorPods>,
 }
 
 impl Defaults {
@@ -60,11 +63,12 @@ impl Defaults {
         Defaults {
             image: image.into(),
             operator: None,
+            metrics_scrapers: None,
         }
     }
 }
 
-/// The operator's pods, as a NetworkPolicy selects them.
+/// Pods in a namespace, as a NetworkPolicy selects them: the operator's, a Prometheus's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorPods {
     pub namespace: String,
@@ -222,7 +226,7 @@ pub fn desired_with(job: &FlinkJob, defaults: &Defaults, replicas: Replicas) -> 
         network_policy: defaults
             .operator
             .as_ref()
-            .map(|operator| network_policy(job, operator)),
+            .map(|operator| network_policy(job, operator, defaults.metrics_scrapers.as_ref())),
     }
 }
 

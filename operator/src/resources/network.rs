@@ -14,7 +14,7 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{JOB_LABEL, OperatorPods, REST_PORT, meta};
+use super::{JOB_LABEL, OperatorPods, REST_PORT, TASKMANAGER_METRICS_PORT, meta};
 
 /// The label every namespace carries with its name (Kubernetes 1.21+).
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
@@ -35,9 +35,42 @@ fn job_pods(job: &FlinkJob) -> LabelSelector {
     }
 }
 
-/// The job's NetworkPolicy: ingress to its pods from its pods, and to the REST port from the
-/// operator's pods.
-pub fn network_policy(job: &FlinkJob, operator: &OperatorPods) -> NetworkPolicy {
+/// Pods of `pods.namespace` with `pods.labels`.
+fn peer(pods: &OperatorPods) -> NetworkPolicyPeer {
+    NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                NAMESPACE_NAME_LABEL.into(),
+                pods.namespace.clone(),
+            )])),
+            ..LabelSelector::default()
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(pods.labels.clone()),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    }
+}
+
+fn tcp(port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some("TCP".into()),
+        ..NetworkPolicyPort::default()
+    }
+}
+
+/// The job's NetworkPolicy: ingress to its pods from its pods, to the REST port from the
+/// operator's pods, and, when the operator names a metrics scraper (a Prometheus), to the
+/// JobManager's REST port (`/metrics`) and the TaskManagers' metrics port from it. The REST port
+/// serves both the metrics and the API, so a scraper let in can also read (and cancel) jobs:
+/// name only the Prometheus pods.
+pub fn network_policy(
+    job: &FlinkJob,
+    operator: &OperatorPods,
+    scrapers: Option<&OperatorPods>,
+) -> NetworkPolicy {
     let own_pods = NetworkPolicyIngressRule {
         from: Some(vec![NetworkPolicyPeer {
             pod_selector: Some(job_pods(job)),
@@ -46,32 +79,24 @@ pub fn network_policy(job: &FlinkJob, operator: &OperatorPods) -> NetworkPolicy 
         ports: None,
     };
     let from_operator = NetworkPolicyIngressRule {
-        from: Some(vec![NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    NAMESPACE_NAME_LABEL.into(),
-                    operator.namespace.clone(),
-                )])),
-                ..LabelSelector::default()
-            }),
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(operator.labels.clone()),
-                ..LabelSelector::default()
-            }),
-            ..NetworkPolicyPeer::default()
-        }]),
-        ports: Some(vec![NetworkPolicyPort {
-            port: Some(IntOrString::Int(REST_PORT)),
-            protocol: Some("TCP".into()),
-            ..NetworkPolicyPort::default()
-        }]),
+        from: Some(vec![peer(operator)]),
+        ports: Some(vec![tcp(REST_PORT)]),
     };
+    let from_scrapers = scrapers.map(|pods| NetworkPolicyIngressRule {
+        from: Some(vec![peer(pods)]),
+        ports: Some(vec![tcp(REST_PORT), tcp(TASKMANAGER_METRICS_PORT)]),
+    });
     NetworkPolicy {
         metadata: meta(job, network_policy_name(job), None),
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(job_pods(job)),
             policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(vec![own_pods, from_operator]),
+            ingress: Some(
+                [own_pods, from_operator]
+                    .into_iter()
+                    .chain(from_scrapers)
+                    .collect(),
+            ),
             ..NetworkPolicySpec::default()
         }),
     }
@@ -160,11 +185,52 @@ mod tests {
         // Another job's pods are not this job's.
         let mut other = example();
         other.metadata.name = Some("other".into());
-        let other_policy = network_policy(&other, &operator());
+        let other_policy = network_policy(&other, &operator(), None);
         assert_ne!(
             other_policy.spec.unwrap().pod_selector,
             Some(job_pods(&job)),
             "each job's policy selects its own pods"
+        );
+    }
+
+    /// A Prometheus the operator was told of (`--metrics-scraper-*`) reaches the JobManager's
+    /// `/metrics` (REST port) and the TaskManagers' metrics port, nothing else.
+    #[test]
+    fn a_named_prometheus_reaches_the_metrics_ports() {
+        let prometheus = OperatorPods {
+            namespace: "monitoring".into(),
+            labels: parse_labels("app.kubernetes.io/name=prometheus").unwrap(),
+        };
+        let with_scraper = Defaults {
+            operator: Some(operator()),
+            metrics_scrapers: Some(prometheus),
+            ..defaults()
+        };
+        let policy = desired(&example(), &with_scraper).network_policy.unwrap();
+        let ingress = policy.spec.unwrap().ingress.unwrap();
+        assert_eq!(ingress.len(), 3, "own pods, the operator, Prometheus");
+        let rule = &ingress[2];
+        let from = &rule.from.as_ref().unwrap()[0];
+        let ns = from
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(ns[NAMESPACE_NAME_LABEL], "monitoring");
+        let pods = from.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        assert_eq!(pods["app.kubernetes.io/name"], "prometheus");
+        let ports: Vec<_> = rule
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| p.port.clone())
+            .collect();
+        assert_eq!(
+            ports,
+            vec![Some(IntOrString::Int(8081)), Some(IntOrString::Int(9249))]
         );
     }
 

@@ -272,6 +272,11 @@ impl CheckpointCoordinator {
         self.pending.as_ref().map(|p| p.id)
     }
 
+    /// How many tasks each checkpoint waits for (finished ones included).
+    pub fn task_count(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// The job's tasks changed (it was rescaled): checkpoints from now on wait for these tasks'
     /// acknowledgements; a pending one is aborted (its tasks are gone). Ids go on increasing.
     pub fn set_tasks(

@@ -85,6 +85,9 @@ enum Command {
         /// Where the cluster keeps logs and blocking shuffle files (default: a fresh temp directory).
         #[arg(long)]
         work_dir: Option<PathBuf>,
+        /// Keep the local cluster and its web UI up after the job ended, until Ctrl-C.
+        #[arg(long)]
+        keep_ui: bool,
     },
     /// Run a JobManager.
     Jobmanager {
@@ -322,7 +325,11 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             print!("{}", registry.usage());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { file, work_dir } => {
+        Command::Run {
+            file,
+            work_dir,
+            keep_ui,
+        } => {
             let manifest = run_cmd::load_manifest(&file)?;
             // Bad input like the manifest's own errors (exit 2), before any process starts.
             run_cmd::preflight(&manifest, &registry)?;
@@ -331,7 +338,9 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             let rt = runtime()?;
             let outcome = rt.block_on(async {
                 tokio::select! {
-                    r = run_cmd::run(&manifest, &work_dir) => r.map(Some),
+                    // First: with --keep-ui, the run itself ends at Ctrl-C once the job ended.
+                    biased;
+                    r = run_cmd::run(&manifest, &work_dir, keep_ui) => r.map(Some),
                     // Dropping the run future drops the cluster, which kills every child.
                     _ = tokio::signal::ctrl_c() => Ok(None),
                 }

@@ -116,7 +116,10 @@ const JOBMANAGER_RESTARTS: u32 = 3;
 /// Runs a manifest on a fresh local cluster and returns how the job ended. The JobManager runs the
 /// job in application mode with an operation log in the work directory; if it dies, it is started
 /// again on the same ports and resumes the job from the log.
-pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> {
+///
+/// The JobManager's web UI is at the URL printed first; with `keep_ui` the cluster stays up after
+/// the job ended, for a look at it, until Ctrl-C.
+pub async fn run(job: &FlinkJob, work_dir: &Path, keep_ui: bool) -> anyhow::Result<RunOutcome> {
     floe_proto::tls::install(&job.spec.configuration)?;
     let spec = ClusterSpec {
         exe: std::env::current_exe().context("cannot find the floe binary")?,
@@ -136,13 +139,14 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
     let started = Instant::now();
     let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;
     eprintln!(
-        "Local cluster: JobManager rpc {} REST http://{}, {} TaskManager(s) x {} slots (logs: {})",
+        "Local cluster: JobManager rpc {}, {} TaskManager(s) x {} slots (logs: {})",
         cluster.rpc_address,
-        cluster.rest_address,
         job.spec.task_manager.replicas,
         job.spec.task_manager.slots,
         cluster.log_dir.display()
     );
+    let ui = format!("http://{}/", cluster.rest_address);
+    eprintln!("Web UI: {ui} (REST API and /metrics on the same port)");
     // Over the job's internal TLS, when its configuration asks for it, as the processes talk.
     let endpoint = floe_proto::channel::endpoint(
         &cluster.rpc_address,
@@ -217,7 +221,6 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    drop(cluster);
     println!(
         "Job {} ({}) {} in {:.2}s: {}/{} tasks, {} records",
         job.spec.job.name,
@@ -238,6 +241,13 @@ pub async fn run(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<RunOutcome> 
     if let Some(out) = output_location(job).filter(|_| status.status == "FINISHED") {
         println!("Output: {out}");
     }
+    if keep_ui {
+        eprintln!("Web UI still at {ui} (--keep-ui); Ctrl-C stops the local cluster");
+        // Stdout is read by scripts waiting for the summary above: hand it over now.
+        let _ = std::io::stdout().flush();
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    }
+    drop(cluster);
     Ok(RunOutcome {
         status: status.status,
         failure: status.failure,

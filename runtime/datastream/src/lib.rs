@@ -57,7 +57,7 @@ pub use operators::{
     KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction, TaggedUnion,
 };
 pub use state::{ListState, MapState, ValueState};
-pub use task::{Task, TaskContext, TaskMetrics};
+pub use task::{BufferPools, Task, TaskContext, TaskMetrics};
 pub use time::timers::TimeDomain;
 pub use time::{
     AUTO_WATERMARK_INTERVAL_KEY, DEFAULT_AUTO_WATERMARK_INTERVAL, MAX_WATERMARK, MIN_WATERMARK,

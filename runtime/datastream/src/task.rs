@@ -21,8 +21,8 @@ use crate::operators::{AnyOp, BoxOp, Chunk, SideOutput, SideWriter, TaggedUnion,
 use crate::time::element::{self, Header};
 use crate::time::valve::WatermarkValve;
 use crate::time::{TaskTime, TimeEvent};
-pub use crate::types::TaskMetrics;
 use crate::types::Wait;
+pub use crate::types::{BufferPools, TaskMetrics};
 pub(crate) use crate::writer::{KeyHasher, OutputRoute, RecordWriter, WriterSetup};
 
 /// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
@@ -237,6 +237,7 @@ impl<T: Data> Head for InputHead<T> {
     }
 
     fn push_buffer(&mut self, channel: usize, buffer: &[u8]) -> Result<()> {
+        self.metrics.add_bytes_in(buffer.len());
         let mut input = buffer;
         let mut n = 0u64;
         let side = match &self.sides {

@@ -51,6 +51,10 @@ impl std::str::FromStr for RuntimeMode {
 pub struct TaskMetrics {
     pub records_in: AtomicU64,
     pub records_out: AtomicU64,
+    /// Bytes of the buffers the task read from its input gates and wrote to its result
+    /// partitions (Flink's `numBytesIn`, `numBytesOut`): once per buffer.
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
     pub idle_ns: AtomicU64,
     pub backpressured_ns: AtomicU64,
     /// Records a source knows are due but has not read yet (Flink's `pendingRecords`, a Kafka
@@ -64,6 +68,37 @@ pub struct TaskMetrics {
     pub late_records_dropped: AtomicU64,
     /// When the task began to run (after restoring its state): busy time counts from here.
     pub running_since: OnceLock<Instant>,
+    /// The task's result partitions and input gates, set when it is deployed: how full their
+    /// buffers are is read from them when the metrics are.
+    pub pools: OnceLock<BufferPools>,
+}
+
+/// The buffers of a task's outputs and inputs (Flink's `buffers.outPoolUsage`,
+/// `buffers.inPoolUsage`).
+#[derive(Debug, Default)]
+pub struct BufferPools {
+    pub outputs: Vec<std::sync::Arc<dyn floe_shuffle::PoolUsage>>,
+    pub inputs: Vec<std::sync::Arc<dyn floe_shuffle::PoolUsage>>,
+}
+
+fn pool_usage(pools: &[std::sync::Arc<dyn floe_shuffle::PoolUsage>]) -> Option<f64> {
+    let (held, capacity) = pools
+        .iter()
+        .map(|p| p.usage())
+        .fold((0, 0), |(h, c), (ph, pc)| (h + ph, c + pc));
+    (capacity > 0).then(|| held as f64 / capacity as f64)
+}
+
+impl BufferPools {
+    /// Buffers queued in the task's pipelined result partitions over what they may queue.
+    pub fn out_usage(&self) -> Option<f64> {
+        pool_usage(&self.outputs)
+    }
+
+    /// Buffers received and not yet taken over the credit its input channels may have out.
+    pub fn in_usage(&self) -> Option<f64> {
+        pool_usage(&self.inputs)
+    }
 }
 
 impl Default for TaskMetrics {
@@ -71,12 +106,15 @@ impl Default for TaskMetrics {
         TaskMetrics {
             records_in: AtomicU64::new(0),
             records_out: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
             idle_ns: AtomicU64::new(0),
             backpressured_ns: AtomicU64::new(0),
             pending_records: AtomicU64::new(u64::MAX),
             watermark: AtomicI64::new(i64::MIN),
             late_records_dropped: AtomicU64::new(0),
             running_since: OnceLock::new(),
+            pools: OnceLock::new(),
         }
     }
 }
@@ -98,6 +136,16 @@ impl TaskMetrics {
     pub(crate) fn add_out(&self, n: u64) {
         if n > 0 {
             self.records_out.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn add_bytes_in(&self, n: usize) {
+        self.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_bytes_out(&self, n: usize) {
+        if n > 0 {
+            self.bytes_out.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 

@@ -333,6 +333,8 @@ impl<T: Data> Op<T> for RecordWriter<T> {
                 }
             }
         }
+        self.metrics
+            .add_bytes_out(self.pending.iter().map(|c| c.bytes.len()).sum());
         out.append(&mut self.pending);
         self.metrics.add_out(std::mem::take(&mut self.count));
     }

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use floe_checkpoint::{Acked, CheckpointCoordinator, CompletedCheckpoint, TaskSnapshot};
 use floe_datastream::CheckpointConfig;
 
+use crate::checkpoint_history::CheckpointHistory;
+
 /// What retention leaves to delete once a checkpoint completed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Subsumed {
@@ -53,6 +55,8 @@ pub struct JobCheckpoints {
     pub savepoint_checkpoint: Option<u64>,
     /// Why the savepoint's checkpoint was aborted, until the JobMaster takes it.
     pub savepoint_aborted: Option<String>,
+    /// The recent checkpoints, for the REST API and the web UI.
+    pub history: CheckpointHistory,
 }
 
 impl JobCheckpoints {
@@ -72,6 +76,7 @@ impl JobCheckpoints {
             savepoint_wanted: false,
             savepoint_checkpoint: None,
             savepoint_aborted: None,
+            history: CheckpointHistory::default(),
         }
     }
 
@@ -90,6 +95,7 @@ impl JobCheckpoints {
 
     /// `aborted` was aborted: if a savepoint was being taken as it, the savepoint failed.
     fn aborted(&mut self, aborted: u64, why: &str) {
+        self.history.failed(aborted, crate::server::now_ms(), why);
         if self.savepoint_checkpoint == Some(aborted) {
             self.savepoint_aborted = Some(why.to_string());
         }
@@ -245,6 +251,12 @@ impl JobCheckpoints {
         if self.savepoint_wanted {
             self.savepoint_checkpoint = Some(trigger.id);
         }
+        self.history.triggered(
+            trigger.id,
+            now_ms,
+            self.savepoint_wanted,
+            self.coordinator.task_count(),
+        );
         self.pending_since_ms = Some(now_ms);
         self.next_trigger_ms = now_ms + self.config.interval.as_millis() as u64;
         self.counts.triggered += 1;
@@ -259,6 +271,9 @@ impl JobCheckpoints {
         snapshot: TaskSnapshot,
         now_ms: u64,
     ) -> Option<CompletedCheckpoint> {
+        if self.coordinator.pending() == Some(id) {
+            self.history.acknowledged(id, task, &snapshot, now_ms);
+        }
         match self.coordinator.acknowledge(id, task, snapshot, now_ms) {
             Acked::Complete(c) => {
                 self.pending_since_ms = None;
@@ -302,6 +317,7 @@ impl JobCheckpoints {
         let dropped = self.coordinator.completed(checkpoint.id);
         self.restored_savepoint = None;
         self.counts.completed += 1;
+        self.history.completed(&checkpoint);
         self.retained.push(checkpoint.clone());
         self.latest = Some(checkpoint);
         let (gone, kept): (Vec<_>, Vec<_>) = self.retained.drain(..).partition(|c| dropped.contains(&c.id));

@@ -5,6 +5,7 @@
 //! Read [`job::JobMaster`] first: the synchronous reactions of one job to events, returning
 //! [`job::Action`]s. [`server::JobManager`] is the async process around it; [`rest`] is the HTTP API.
 
+pub mod checkpoint_history;
 pub mod checkpointing;
 pub mod checkpoints;
 pub mod error;

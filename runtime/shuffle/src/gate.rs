@@ -7,6 +7,7 @@
 //! bounds the consumer side.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -170,6 +171,24 @@ pub(crate) struct RemoteInputGate {
     channels: Vec<InputChannelSpec>,
     storage: Option<ObjectStore>,
     state: GateState,
+    usage: Arc<GateUsage>,
+}
+
+/// Buffers the gate's streams delivered and the task has not taken yet (held by an alignment
+/// included), against the credit all its streams may have out.
+#[derive(Debug)]
+struct GateUsage {
+    queued: AtomicUsize,
+    capacity: usize,
+}
+
+impl crate::PoolUsage for GateUsage {
+    fn usage(&self) -> (usize, usize) {
+        (
+            self.queued.load(Ordering::Relaxed).min(self.capacity),
+            self.capacity,
+        )
+    }
 }
 
 impl RemoteInputGate {
@@ -178,11 +197,17 @@ impl RemoteInputGate {
         channels: Vec<InputChannelSpec>,
         storage: Option<ObjectStore>,
     ) -> Self {
+        let streams: usize = channels.iter().map(|c| c.subpartitions.len()).sum();
+        let usage = Arc::new(GateUsage {
+            queued: AtomicUsize::new(0),
+            capacity: streams * shared.config.buffers_per_channel.max(1) as usize,
+        });
         RemoteInputGate {
             shared,
             channels,
             storage,
             state: GateState::NotStarted,
+            usage,
         }
     }
 
@@ -199,6 +224,7 @@ impl RemoteInputGate {
                     address: spec.address.clone(),
                     subpartition,
                     index: streams,
+                    queued: self.usage.clone(),
                 };
                 // A stream of a local pipelined partition runs where the gate is read (the task's
                 // own thread): its buffers then cross threads once, from the producer's queue, and
@@ -244,6 +270,10 @@ impl RemoteInputGate {
 impl InputGate for RemoteInputGate {
     fn num_channels(&self) -> usize {
         self.channels.iter().map(|c| c.subpartitions.len()).sum()
+    }
+
+    fn pool_usage(&self) -> Option<Arc<dyn crate::PoolUsage>> {
+        Some(self.usage.clone())
     }
 
     async fn next(&mut self) -> Result<Option<GateItem>> {
@@ -301,6 +331,7 @@ impl InputGate for RemoteInputGate {
                 ChannelItem::Buffer(buffer) => {
                     // Uncounted before the credit goes out, or the next buffer may arrive first.
                     let data = buffer.into_bytes();
+                    self.usage.queued.fetch_sub(1, Ordering::Relaxed);
                     grant_credit(credits, index);
                     return Ok(Some(GateItem::Buffer { channel: index, data }));
                 }
@@ -346,6 +377,8 @@ struct Stream {
     address: String,
     subpartition: u32,
     index: usize,
+    /// The gate's count of buffers delivered and not yet taken.
+    queued: Arc<GateUsage>,
 }
 
 impl Stream {
@@ -438,6 +471,7 @@ impl Stream {
                 ReadItem::Data(data) => {
                     credit -= 1;
                     let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
+                    self.queued.queued.fetch_add(1, Ordering::Relaxed);
                     if events.send(Event::Buffer(self.index, buffer)).is_err() {
                         return Ok(());
                     }
@@ -480,6 +514,7 @@ impl Stream {
             }
             if !data.is_empty() {
                 let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
+                self.queued.queued.fetch_add(1, Ordering::Relaxed);
                 if events.send(Event::Buffer(self.index, buffer)).is_err() {
                     return Ok(());
                 }

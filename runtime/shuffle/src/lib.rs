@@ -122,6 +122,13 @@ pub struct InputChannelSpec {
     pub subpartitions: Range<u32>,
 }
 
+/// How full the buffers of one partition or gate are, for Flink's `buffers.outPoolUsage` and
+/// `buffers.inPoolUsage`: read by the metrics while the task runs, so it is shared and atomic.
+pub trait PoolUsage: Send + Sync + std::fmt::Debug {
+    /// Buffers held now, and the most it may hold.
+    fn usage(&self) -> (usize, usize);
+}
+
 /// Task side, producer: one per produced result partition.
 ///
 /// Invariants: buffers of one subpartition reach consumers in emit order; `emit` waits (never drops,
@@ -138,6 +145,11 @@ pub trait PartitionWriter: Send {
         Ok(())
     }
     async fn finish(self: Box<Self>) -> Result<PartitionStats>;
+    /// Its queued buffers over what it may queue (pipelined partitions; a blocking one writes to
+    /// disk and queues nothing).
+    fn pool_usage(&self) -> Option<std::sync::Arc<dyn PoolUsage>> {
+        None
+    }
 }
 
 /// What an [`InputGate`] yields.
@@ -166,6 +178,11 @@ pub trait InputGate: Send {
 
     /// How many channels the gate merges (a task's watermark is the minimum over them).
     fn num_channels(&self) -> usize;
+
+    /// Buffers received and not yet taken by the task, over the credit its channels may have out.
+    fn pool_usage(&self) -> Option<std::sync::Arc<dyn PoolUsage>> {
+        None
+    }
 
     /// The next buffer, passing over barriers (for readers that take no checkpoints).
     async fn next_buffer(&mut self) -> Result<Option<Bytes>> {

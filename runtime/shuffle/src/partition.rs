@@ -119,7 +119,21 @@ struct PipelinedSubpartition {
 pub(crate) struct PipelinedPartition {
     name: String,
     subpartitions: Vec<PipelinedSubpartition>,
+    /// Queue slots of each subpartition.
+    slots_per_subpartition: usize,
     released: AtomicBool,
+}
+
+impl crate::PoolUsage for PipelinedPartition {
+    fn usage(&self) -> (usize, usize) {
+        let capacity = self.slots_per_subpartition * self.subpartitions.len();
+        let free: usize = self
+            .subpartitions
+            .iter()
+            .map(|s| s.slots.available_permits().min(self.slots_per_subpartition))
+            .sum();
+        (capacity - free, capacity)
+    }
 }
 
 impl PipelinedPartition {
@@ -132,17 +146,19 @@ impl PipelinedPartition {
     ) -> (Arc<Self>, PipelinedWriter) {
         let mut senders = Vec::with_capacity(num_subpartitions as usize);
         let mut subpartitions = Vec::with_capacity(num_subpartitions as usize);
+        let slots_per_subpartition = config.max_buffers_per_subpartition.max(1) as usize;
         for _ in 0..num_subpartitions {
             let (tx, rx) = mpsc::unbounded_channel();
             senders.push(tx);
             subpartitions.push(PipelinedSubpartition {
-                slots: Arc::new(Semaphore::new(config.max_buffers_per_subpartition.max(1) as usize)),
+                slots: Arc::new(Semaphore::new(slots_per_subpartition)),
                 reader: Mutex::new(ReaderSlot::Idle(rx)),
             });
         }
         let partition = Arc::new(PipelinedPartition {
             name: id.to_string(),
             subpartitions,
+            slots_per_subpartition,
             released: AtomicBool::new(false),
         });
         let writer = PipelinedWriter {
@@ -253,6 +269,10 @@ impl PartitionWriter for PipelinedWriter {
         Ok(PartitionStats {
             bytes_per_subpartition: self.bytes,
         })
+    }
+
+    fn pool_usage(&self) -> Option<Arc<dyn crate::PoolUsage>> {
+        Some(self.partition.clone())
     }
 }
 

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use floe_checkpoint::{SubtaskRestore, TaskSnapshot};
 use floe_datastream::checkpoint::{Checkpointing, KeyedStateInit, TaskRestore};
-use floe_datastream::{BuiltJob, CheckpointConfig, JobArgs, StateBackendKind, TaskContext, TaskMetrics};
+use floe_datastream::{
+    BufferPools, BuiltJob, CheckpointConfig, JobArgs, StateBackendKind, TaskContext, TaskMetrics,
+};
 use floe_proto::v1::{self as pb};
 use floe_scheduler::ExecutionState;
 use floe_shuffle::{InputChannelSpec, PartitionKind};
@@ -171,7 +173,7 @@ impl TaskManager {
             .map_err(|e| Status::internal(e.to_string()))?;
             outputs.push(writer);
         }
-        let inputs = d
+        let inputs: Vec<Box<dyn floe_shuffle::InputGate>> = d
             .inputs
             .iter()
             .map(|gate| {
@@ -192,6 +194,11 @@ impl TaskManager {
             })
             .collect();
         let metrics = Arc::new(TaskMetrics::default());
+        let pools = BufferPools {
+            outputs: outputs.iter().filter_map(|w| w.pool_usage()).collect(),
+            inputs: inputs.iter().filter_map(|g| g.pool_usage()).collect(),
+        };
+        let _ = metrics.pools.set(pools);
         let configuration = args.configuration.clone();
         let checkpoints = CheckpointConfig::from_configuration(&configuration)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;

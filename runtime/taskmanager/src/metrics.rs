@@ -101,6 +101,16 @@ impl TaskManager {
                     m.records_out.load(Ordering::Relaxed) as f64,
                 ),
                 (
+                    "flink_taskmanager_job_task_numBytesIn",
+                    "Bytes of the buffers the task read from its input gates",
+                    m.bytes_in.load(Ordering::Relaxed) as f64,
+                ),
+                (
+                    "flink_taskmanager_job_task_numBytesOut",
+                    "Bytes of the buffers the task wrote to its result partitions",
+                    m.bytes_out.load(Ordering::Relaxed) as f64,
+                ),
+                (
                     "flink_taskmanager_job_task_accumulateIdleTimeMs",
                     "Milliseconds the task waited for input",
                     ms(idle),
@@ -120,6 +130,23 @@ impl TaskManager {
                 family(&mut families, name, help)
                     .get_or_create(&labels)
                     .set(value);
+            }
+            let pools = m.pools.get();
+            for (name, help, usage) in [
+                (
+                    "flink_taskmanager_job_task_buffers_inPoolUsage",
+                    "How full the task's input buffers are (0..1)",
+                    pools.and_then(|p| p.in_usage()),
+                ),
+                (
+                    "flink_taskmanager_job_task_buffers_outPoolUsage",
+                    "How full the task's output buffers are (0..1)",
+                    pools.and_then(|p| p.out_usage()),
+                ),
+            ] {
+                if let Some(u) = usage {
+                    family(&mut families, name, help).get_or_create(&labels).set(u);
+                }
             }
             if let Some(w) = m.current_watermark() {
                 family(

@@ -269,11 +269,15 @@ fn task_metrics(id: &pb::ExecutionAttemptId, m: &TaskMetrics) -> pb::TaskMetrics
         id: Some(id.clone()),
         records_in: m.records_in.load(Ordering::Relaxed),
         records_out: m.records_out.load(Ordering::Relaxed),
+        bytes_in: m.bytes_in.load(Ordering::Relaxed),
+        bytes_out: m.bytes_out.load(Ordering::Relaxed),
         idle_ns: m.idle_ns.load(Ordering::Relaxed),
         backpressured_ns: m.backpressured_ns.load(Ordering::Relaxed),
         running_ns: m.running_ns(),
         pending_records: m.pending(),
         current_watermark: m.current_watermark(),
         late_records_dropped: m.late_records_dropped.load(Ordering::Relaxed),
+        in_pool_usage: m.pools.get().and_then(|p| p.in_usage()),
+        out_pool_usage: m.pools.get().and_then(|p| p.out_usage()),
     }
 }

@@ -39,6 +39,8 @@ pub struct ScalingDecision {
 pub struct TaskRates {
     pub records_in_per_second: f64,
     pub records_out_per_second: f64,
+    pub bytes_in_per_second: f64,
+    pub bytes_out_per_second: f64,
     pub busy_ms_per_second: f64,
     pub backpressured_ms_per_second: f64,
     pub idle_ms_per_second: f64,
@@ -176,6 +178,8 @@ impl JobMaster {
         Some(TaskRates {
             records_in_per_second: per_s(a.records_in, b.records_in),
             records_out_per_second: per_s(a.records_out, b.records_out),
+            bytes_in_per_second: per_s(a.bytes_in, b.bytes_in),
+            bytes_out_per_second: per_s(a.bytes_out, b.bytes_out),
             busy_ms_per_second: (1000.0 - idle - backpressured).max(0.0),
             backpressured_ms_per_second: backpressured,
             idle_ms_per_second: idle,

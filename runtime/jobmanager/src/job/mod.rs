@@ -125,10 +125,12 @@ pub enum Action {
 /// Per-subtask counters reported by TaskManagers, cumulative since the attempt began to run:
 /// records, and nanoseconds waiting for input (idle), for output buffers (backpressured) and
 /// running in all; a source's pending records when it knows them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct TaskCounters {
     pub records_in: u64,
     pub records_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
     pub idle_ns: u64,
     pub backpressured_ns: u64,
     pub running_ns: u64,
@@ -137,6 +139,9 @@ pub struct TaskCounters {
     pub current_watermark: Option<i64>,
     /// Records its window operator dropped as late (Flink's `numLateRecordsDropped`).
     pub late_records_dropped: u64,
+    /// How full its input and output buffers were at the last report (0..1).
+    pub in_pool_usage: Option<f64>,
+    pub out_pool_usage: Option<f64>,
 }
 
 /// Failures `GET /jobs/{id}/exceptions` keeps.

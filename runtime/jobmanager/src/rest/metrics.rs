@@ -192,6 +192,18 @@ pub fn render(jm: &JobManager) -> String {
                     &tl,
                     counters.records_out as f64,
                 );
+                g.set(
+                    "flink_taskmanager_job_task_numBytesIn",
+                    "Bytes of the buffers the task read from its input gates",
+                    &tl,
+                    counters.bytes_in as f64,
+                );
+                g.set(
+                    "flink_taskmanager_job_task_numBytesOut",
+                    "Bytes of the buffers the task wrote to its result partitions",
+                    &tl,
+                    counters.bytes_out as f64,
+                );
                 if let Some(w) = counters.current_watermark {
                     g.set(
                         "flink_taskmanager_job_task_currentInputWatermark",
@@ -199,6 +211,22 @@ pub fn render(jm: &JobManager) -> String {
                         &tl,
                         w as f64,
                     );
+                }
+                for (name, help, usage) in [
+                    (
+                        "flink_taskmanager_job_task_buffers_inPoolUsage",
+                        "How full the task's input buffers are (0..1)",
+                        counters.in_pool_usage,
+                    ),
+                    (
+                        "flink_taskmanager_job_task_buffers_outPoolUsage",
+                        "How full the task's output buffers are (0..1)",
+                        counters.out_pool_usage,
+                    ),
+                ] {
+                    if let Some(u) = usage {
+                        g.set(name, help, &tl, u);
+                    }
                 }
                 if let Some(p) = counters.pending_records {
                     g.set(
@@ -220,6 +248,18 @@ pub fn render(jm: &JobManager) -> String {
                         "Records written per second",
                         &tl,
                         r.records_out_per_second,
+                    );
+                    g.set(
+                        "flink_taskmanager_job_task_numBytesInPerSecond",
+                        "Bytes read per second",
+                        &tl,
+                        r.bytes_in_per_second,
+                    );
+                    g.set(
+                        "flink_taskmanager_job_task_numBytesOutPerSecond",
+                        "Bytes written per second",
+                        &tl,
+                        r.bytes_out_per_second,
                     );
                     g.set(
                         "flink_taskmanager_job_task_busyTimeMsPerSecond",

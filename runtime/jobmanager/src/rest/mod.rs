@@ -1,12 +1,14 @@
 //! The REST API, in the shape of Flink's: `GET /jobs`, `GET /jobs/{id}`, `PATCH /jobs/{id}` (cancel),
-//! `GET /jobs/{id}/checkpoints` (counts and the latest completed checkpoint),
+//! `GET /jobs/{id}/checkpoints` (counts, the latest and the history: `checkpoints.rs`),
 //! `GET /jobs/{id}/vertices/{vertex}/watermarks` (each subtask's current watermark), savepoints
 //! (`savepoints.rs`), plus `GET /taskmanagers` (slots and shuffle buffer use, which the
 //! backpressure test reads), `GET /metrics` (OpenMetrics, Flink's names: `metrics.rs`) and the
-//! views Flink's web UI reads (`views.rs`).
+//! views Flink's web UI reads (`views.rs`), and the web UI itself at `/` (`ui.rs`).
 
+mod checkpoints;
 mod metrics;
 mod savepoints;
+mod ui;
 mod views;
 
 pub use metrics::{OPENMETRICS, render as render_metrics};
@@ -23,9 +25,17 @@ use crate::server::{EndedJob, JobEntry, JobManager, now_ms};
 
 pub fn router(jm: JobManager) -> Router {
     Router::new()
+        // The web UI (`ui.rs`).
+        .route("/", get(ui::index))
+        .route("/ui/app.js", get(ui::script))
+        .route("/ui/app.css", get(ui::style))
         .route("/jobs", get(list_jobs))
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
-        .route("/jobs/{id}/checkpoints", get(checkpoints))
+        .route("/jobs/{id}/checkpoints", get(checkpoints::checkpoints))
+        .route(
+            "/jobs/{id}/checkpoints/details/{checkpoint}",
+            get(checkpoints::details),
+        )
         .route("/jobs/{id}/savepoints", post(savepoints::trigger_savepoint))
         .route(
             "/jobs/{id}/savepoints/{trigger}",
@@ -170,10 +180,17 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                         "watermark": m.counters[global].current_watermark,
                         "numLateRecordsDropped": m.counters[global].late_records_dropped,
                         "records-out": m.counters[global].records_out,
+                        "bytes-in": m.counters[global].bytes_in,
+                        "bytes-out": m.counters[global].bytes_out,
+                        // Flink's buffers.inPoolUsage / outPoolUsage at the last report (0..1).
+                        "buffers.inPoolUsage": m.counters[global].in_pool_usage,
+                        "buffers.outPoolUsage": m.counters[global].out_pool_usage,
                         // Flink's task metrics, over the last few seconds.
                         "metrics": m.task_rates(global).map(|r| json!({
                             "numRecordsInPerSecond": r.records_in_per_second,
                             "numRecordsOutPerSecond": r.records_out_per_second,
+                            "numBytesInPerSecond": r.bytes_in_per_second,
+                            "numBytesOutPerSecond": r.bytes_out_per_second,
                             "busyTimeMsPerSecond": r.busy_ms_per_second,
                             "backPressuredTimeMsPerSecond": r.backpressured_ms_per_second,
                             "idleTimeMsPerSecond": r.idle_ms_per_second,
@@ -203,6 +220,7 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
                 // What its resource requirements ask for (the upper bound).
                 "desired-parallelism": requirements.get(&v.id).map_or(v.parallelism, |b| b.upper),
                 "max-parallelism": v.max_parallelism,
+                "slot-sharing-group": v.slot_sharing_group,
                 "parallelism-decided-at-run-time": g.is_dynamic(ejv.index),
                 "parallelism-decision": decision,
                 // The vertex's watermark: the smallest of its subtasks' (absent until each has one).
@@ -250,6 +268,7 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
         "tasks": { "total": total, "finished": finished },
         "records-processed": m.records_processed(),
         "vertices": vertices,
+        "plan": plan(id, m),
         "regions": regions,
         "slots": slots,
         // The slots the job would use if it had them (what the operator gives it replicas for).
@@ -264,6 +283,53 @@ pub fn details(id: &str, job: &JobEntry) -> Value {
             "restored-checkpoint": r.checkpoint,
         })),
     })
+}
+
+/// Flink's job plan: every vertex with the edges into it (its producer, how records are routed
+/// and how the result is exchanged): the dataflow graph the web UI draws.
+fn plan(id: &str, m: &crate::job::JobMaster) -> Value {
+    use floe_scheduler::job_graph::{Partitioner, ResultPartitionType, VertexIndex};
+    let jg = m.graph.job_graph();
+    let nodes: Vec<Value> = jg
+        .vertices()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let inputs: Vec<Value> = jg
+                .inputs(VertexIndex(i as u32))
+                .iter()
+                .enumerate()
+                .map(|(num, &r)| {
+                    let d = jg.data_set(r);
+                    json!({
+                        "num": num,
+                        "id": jg.vertex(d.producer).id,
+                        "ship_strategy": match d.partitioner {
+                            Partitioner::Forward => "FORWARD",
+                            Partitioner::Rebalance => "REBALANCE",
+                            Partitioner::Rescale => "RESCALE",
+                            Partitioner::Hash => "HASH",
+                            Partitioner::Broadcast => "BROADCAST",
+                        },
+                        "exchange": match d.partition_type {
+                            ResultPartitionType::Pipelined => "pipelined",
+                            ResultPartitionType::PipelinedBounded => "pipelined_bounded",
+                            ResultPartitionType::Blocking => "blocking",
+                            ResultPartitionType::Hybrid => "hybrid_full",
+                        },
+                    })
+                })
+                .collect();
+            json!({
+                "id": v.id,
+                "parallelism": v.parallelism,
+                "description": v.name,
+                "slot_sharing_group": v.slot_sharing_group,
+                "inputs": inputs,
+            })
+        })
+        .collect();
+    json!({ "jid": id, "name": m.args.name, "nodes": nodes })
 }
 
 /// Flink's resource requirements (FLIP-291): per vertex id, `{"parallelism": {"lowerBound": l,
@@ -325,52 +391,6 @@ async fn put_resource_requirements(
         Err(Error::UnknownJob(id)) => not_found(format!("job {id} not found")),
         Err(e) => (StatusCode::CONFLICT, Json(json!({ "errors": [e.to_string()] }))).into_response(),
     }
-}
-
-/// Flink's checkpoint statistics, in its shape: counts, and the latest completed checkpoint with
-/// its sizes (`state_size` all the state, `checkpointed_size` what this checkpoint uploaded).
-async fn checkpoints(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
-    let state = jm.state();
-    let Some(job) = state.jobs.get(&id) else {
-        return not_found(format!("job {id} not found"));
-    };
-    let Some(c) = job.master.checkpoints.as_ref() else {
-        return Json(json!({
-            "counts": { "triggered": 0, "in_progress": 0, "completed": 0, "failed": 0 },
-            "latest": { "completed": null },
-            "enabled": false,
-        }))
-        .into_response();
-    };
-    let latest = c.latest.as_ref().map(|l| {
-        json!({
-            "id": l.id,
-            "trigger_timestamp": l.triggered_ms,
-            "latest_ack_timestamp": l.completed_ms,
-            "end_to_end_duration": l.completed_ms.saturating_sub(l.triggered_ms),
-            "state_size": l.state_bytes(),
-            "checkpointed_size": l.uploaded_bytes(),
-            "external_path": format!("checkpoints/{}/chk-{}", l.job_id, l.id),
-        })
-    });
-    Json(json!({
-        "enabled": true,
-        "counts": {
-            "triggered": c.counts.triggered,
-            "in_progress": u64::from(c.pending().is_some()),
-            "completed": c.counts.completed,
-            "failed": c.counts.failed,
-        },
-        "latest": {
-            "completed": latest,
-            "restored": c.restored.map(|id| json!({
-                "id": id,
-                "is_savepoint": c.restored_savepoint.is_some(),
-                "external_path": c.restored_savepoint,
-            })),
-        },
-    }))
-    .into_response()
 }
 
 async fn cancel_job(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {

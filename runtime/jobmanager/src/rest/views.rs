@@ -130,12 +130,16 @@ fn vertex_json(jm: &JobManager, id: &str, vertex: &str) -> Option<Value> {
                 "metrics": {
                     "read-records": counters.records_in,
                     "write-records": counters.records_out,
+                    "read-bytes": counters.bytes_in,
+                    "write-bytes": counters.bytes_out,
                     "numRecordsInPerSecond": rates.as_ref().map(|r| r.records_in_per_second),
                     "numRecordsOutPerSecond": rates.as_ref().map(|r| r.records_out_per_second),
                     "busyTimeMsPerSecond": rates.as_ref().map(|r| r.busy_ms_per_second),
                     "backPressuredTimeMsPerSecond": rates.as_ref().map(|r| r.backpressured_ms_per_second),
                     "idleTimeMsPerSecond": rates.as_ref().map(|r| r.idle_ms_per_second),
                     "currentInputWatermark": counters.current_watermark,
+                    "buffers.inPoolUsage": counters.in_pool_usage,
+                    "buffers.outPoolUsage": counters.out_pool_usage,
                 },
             })
         })

@@ -343,12 +343,16 @@ impl From<&pb::TaskMetrics> for TaskCounters {
         TaskCounters {
             records_in: m.records_in,
             records_out: m.records_out,
+            bytes_in: m.bytes_in,
+            bytes_out: m.bytes_out,
             idle_ns: m.idle_ns,
             backpressured_ns: m.backpressured_ns,
             running_ns: m.running_ns,
             pending_records: m.pending_records,
             current_watermark: m.current_watermark,
             late_records_dropped: m.late_records_dropped,
+            in_pool_usage: m.in_pool_usage,
+            out_pool_usage: m.out_pool_usage,
         }
     }
 }
