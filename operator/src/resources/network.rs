@@ -131,6 +131,18 @@ mod tests {
         }
     }
 
+    /// The namespace a rule's (first) peer is selected from.
+    fn namespace_of(rule: &NetworkPolicyIngressRule) -> &str {
+        let from = &rule.from.as_ref().unwrap()[0];
+        &from
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[NAMESPACE_NAME_LABEL]
+    }
+
     /// Issue 13, item 12: the job's pods take connections from each other and the operator's
     /// REST calls, nothing else; the policy selects exactly the pods of both Deployments.
     #[test]
@@ -165,15 +177,7 @@ mod tests {
         let ingress = spec.ingress.unwrap();
         assert_eq!(ingress.len(), 2);
         assert_eq!(ingress[0].ports, None, "the job's own pods reach every port");
-        let from = &ingress[1].from.as_ref().unwrap()[0];
-        let ns = from
-            .namespace_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
-        assert_eq!(ns[NAMESPACE_NAME_LABEL], "floe-system");
+        assert_eq!(namespace_of(&ingress[1]), "floe-system");
         let ports = ingress[1].ports.as_ref().unwrap();
         assert_eq!(
             ports[0].port,
@@ -210,15 +214,8 @@ mod tests {
         let ingress = policy.spec.unwrap().ingress.unwrap();
         assert_eq!(ingress.len(), 3, "own pods, the operator, Prometheus");
         let rule = &ingress[2];
+        assert_eq!(namespace_of(rule), "monitoring");
         let from = &rule.from.as_ref().unwrap()[0];
-        let ns = from
-            .namespace_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
-        assert_eq!(ns[NAMESPACE_NAME_LABEL], "monitoring");
         let pods = from.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
         assert_eq!(pods["app.kubernetes.io/name"], "prometheus");
         let ports: Vec<_> = rule

@@ -224,7 +224,7 @@ impl RemoteInputGate {
                     address: spec.address.clone(),
                     subpartition,
                     index: streams,
-                    queued: self.usage.clone(),
+                    usage: self.usage.clone(),
                 };
                 // A stream of a local pipelined partition runs where the gate is read (the task's
                 // own thread): its buffers then cross threads once, from the producer's queue, and
@@ -378,7 +378,7 @@ struct Stream {
     subpartition: u32,
     index: usize,
     /// The gate's count of buffers delivered and not yet taken.
-    queued: Arc<GateUsage>,
+    usage: Arc<GateUsage>,
 }
 
 impl Stream {
@@ -471,7 +471,7 @@ impl Stream {
                 ReadItem::Data(data) => {
                     credit -= 1;
                     let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
-                    self.queued.queued.fetch_add(1, Ordering::Relaxed);
+                    self.usage.queued.fetch_add(1, Ordering::Relaxed);
                     if events.send(Event::Buffer(self.index, buffer)).is_err() {
                         return Ok(());
                     }
@@ -514,7 +514,7 @@ impl Stream {
             }
             if !data.is_empty() {
                 let buffer = TrackedBuffer::new(data, self.shared.memory.clone(), None);
-                self.queued.queued.fetch_add(1, Ordering::Relaxed);
+                self.usage.queued.fetch_add(1, Ordering::Relaxed);
                 if events.send(Event::Buffer(self.index, buffer)).is_err() {
                     return Ok(());
                 }
