@@ -176,12 +176,8 @@ fn start_floe_run(dir: &Path, manifest: &Path, work: &Path) -> (Proc, PathBuf, S
     let started = Instant::now();
     let rest = loop {
         let text = std::fs::read_to_string(&stderr).unwrap_or_default();
-        if let Some(rest) = text
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("http://"))
-            .map(|w| w.trim_end_matches(','))
-        {
-            break rest.to_string();
+        if let Some(rest) = common::web_ui_address(&text) {
+            break rest;
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),
@@ -524,14 +520,11 @@ fn a_restarted_jobmanager_resumes_a_streaming_job_from_its_latest_checkpoint() {
     )
     .unwrap();
     let (run, stderr, rest) = start_floe_run(&dir, &manifest, &work);
-    let job_id = loop {
-        if let Some((_, list)) = common::try_http("GET", &rest, "/jobs")
-            && let Some(id) = list["jobs"].get(0).and_then(|j| j["id"].as_str())
-        {
-            break id.to_string();
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // Bounded: a REST address read wrongly must fail the test, not hang it.
+    let job_id = common::wait_for("the job in /jobs", Duration::from_secs(60), || {
+        let (_, list) = common::try_http("GET", &rest, "/jobs")?;
+        list["jobs"].get(0)?["id"].as_str().map(String::from)
+    });
     let checkpoints = format!("/jobs/{job_id}/checkpoints");
     let started = Instant::now();
     loop {

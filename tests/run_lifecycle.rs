@@ -133,22 +133,17 @@ fn keep_ui_serves_the_ui_after_the_job_until_ctrl_c() {
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
-    let url = loop {
+    let address = loop {
         line.clear();
         assert!(
             err.read_line(&mut line).unwrap() > 0,
             "floe run ended before printing the UI's URL"
         );
-        if let Some(rest) = line.strip_prefix("Web UI: ") {
-            break rest.split_whitespace().next().unwrap().to_string();
+        if line.starts_with("Web UI: ") {
+            break web_ui_address(&line).unwrap_or_else(|| panic!("not an http URL: {line}"));
         }
     };
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    let address = url
-        .strip_prefix("http://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("not an http URL: {url}"))
-        .to_string();
     // The summary line: the job ended.
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut summary = String::new();

@@ -32,6 +32,18 @@ pub fn kill_taskmanager(cluster: &floe::local_cluster::LocalCluster, tm_id: &str
     assert!(killed.success());
 }
 
+/// The REST address (`host:port`) in `floe run`'s `Web UI: http://HOST:PORT/ ...` line, if `text`
+/// holds that line.
+pub fn web_ui_address(text: &str) -> Option<String> {
+    let url = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Web UI: "))?
+        .split_whitespace()
+        .next()?;
+    let address = url.strip_prefix("http://")?.strip_suffix('/')?;
+    Some(address.to_string())
+}
+
 /// A fresh directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("floe-test-{}-{name}", std::process::id()));
