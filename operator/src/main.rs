@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use floe_operator::controller::{self, Context};
 use floe_operator::jobmanager_api::RestClient;
 use floe_operator::resources::Defaults;
+use floe_telemetry::logs::{self, LogFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -23,12 +24,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,14 +110,7 @@ async fn main() -> std::process::ExitCode {
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let logs = tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-    );
-    match cli.log_format {
-        LogFormat::Text => logs.init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
-    }
+    logs::init(cli.log_format, "info");
     match cli.command {
         Command::Crd => print!("{}", floe_operator::crd::crd_yaml()),
         Command::Render {

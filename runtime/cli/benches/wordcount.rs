@@ -4,7 +4,9 @@
 //! Run: `cargo bench -p floe --bench wordcount --no-default-features` (no RocksDB build) (options after `--`: `--mib N` input size, default 200;
 //! `--skip-flink`; `--parallelism P`, default 2; `--runs R`, Floe runs per mode, default 5;
 //! `--compare-exe PATH`: another build's `floe`, run alternately with this one in every round, for
-//! a before/after of a change on a hot path measured in one run). Each
+//! a before/after of a change on a hot path measured in one run: besides the medians, each pair of
+//! runs back to back gives a ratio, of wall time and of CPU time (the processes' user and system
+//! time, which other tenants disturb far less), and the median pair is printed). Each
 //! Floe mode runs R times, alternating BATCH and STREAMING so that load from other tenants of a
 //! shared machine falls on both alike; the table shows the median run (and the fastest), and the
 //! STREAMING output is checked against BATCH's: every word's updates are 1, 2, ... up to its final
@@ -20,7 +22,7 @@ use std::time::Instant;
 
 mod common;
 
-use common::{arg, measure};
+use common::{arg, measure, measure_run};
 
 const FLOE: &str = env!("CARGO_BIN_EXE_floe");
 
@@ -28,7 +30,13 @@ struct Measured {
     name: String,
     wall_s: f64,
     peak_rss_kib: u64,
+    /// CPU seconds of the run's processes; 0 where not measured.
+    cpu_s: f64,
 }
+
+/// One run of a build in one mode: (wall s, peak KiB, CPU s); a build's runs are kept in round
+/// order, so that run i of two builds ran back to back.
+type Figures = (f64, u64, f64);
 
 /// The physical baseline: read, tokenize as Flink's example does, count in a HashMap, one thread.
 fn baseline(input: &Path) -> (usize, u64) {
@@ -143,6 +151,7 @@ fn main() {
         name: "rust baseline (1 thread)".into(),
         wall_s: start.elapsed().as_secs_f64(),
         peak_rss_kib: 0,
+        cpu_s: 0.0,
     });
     eprintln!("baseline: {words} words, {distinct} distinct");
 
@@ -154,23 +163,24 @@ fn main() {
     if let Some(other) = arg(&args, "--compare-exe") {
         builds.push(("compared".to_string(), PathBuf::from(other)));
     }
-    let mut floe_runs: Vec<(String, Vec<(f64, u64)>)> = Vec::new();
+    let mut floe_runs: Vec<(String, Vec<Figures>)> = Vec::new();
     for _ in 0..runs {
         for mode in ["batch", "streaming"] {
             for (label, exe) in &builds {
                 let m = manifest(&dir, &input, mode, parallelism);
-                let (wall, peak, out) = measure(
+                let run = measure_run(
                     Command::new(exe)
                         .args(["run", "-f"])
                         .arg(&m)
                         .arg("--work-dir")
                         .arg(dir.join(format!("work-{mode}"))),
                 );
-                eprintln!("{}", out.trim());
+                eprintln!("{}", run.stdout.trim());
                 let name = format!("{label} {} p={parallelism}", mode.to_uppercase());
+                let figures = (run.wall_s, run.peak_rss_kib, run.cpu_s);
                 match floe_runs.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, v)) => v.push((wall, peak)),
-                    None => floe_runs.push((name, vec![(wall, peak)])),
+                    Some((_, v)) => v.push(figures),
+                    None => floe_runs.push((name, vec![figures])),
                 }
             }
         }
@@ -180,20 +190,50 @@ fn main() {
         let check = check_streaming_against_batch(&dir.join("out-batch"), &dir.join("out-streaming"));
         eprintln!("{check}");
     }
+    // This build against the compared one, run by run: each pair ran back to back, so the load of
+    // other tenants falls on both alike; the median pair's ratio, for wall and for CPU time.
+    let mut paired = Vec::new();
+    for mode in ["BATCH", "STREAMING"] {
+        let of = |label: &str| {
+            floe_runs
+                .iter()
+                .find(|(n, _)| *n == format!("{label} {mode} p={parallelism}"))
+                .map(|(_, v)| v.clone())
+        };
+        if let (Some(this), Some(other)) = (of("floe"), of("compared")) {
+            let median = |mut r: Vec<f64>| {
+                r.sort_by(f64::total_cmp);
+                (r[r.len() / 2], r[0], r[r.len() - 1])
+            };
+            let wall = median(this.iter().zip(&other).map(|(a, b)| a.0 / b.0).collect());
+            let cpu = median(this.iter().zip(&other).map(|(a, b)| a.2 / b.2).collect());
+            paired.push((mode, wall, cpu));
+        }
+    }
     for (name, mut v) in floe_runs {
+        let mut cpus: Vec<f64> = v.iter().map(|r| r.2).collect();
+        cpus.sort_by(f64::total_cmp);
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         let walls: Vec<String> = v.iter().map(|r| format!("{:.2}", r.0)).collect();
+        let cpu_text: Vec<String> = cpus.iter().map(|c| format!("{c:.2}")).collect();
         eprintln!("{name}: wall s of {} runs, sorted: {}", v.len(), walls.join(" "));
-        let (wall, peak) = v[v.len() / 2];
+        eprintln!(
+            "{name}: CPU s of {} runs, sorted: {}",
+            v.len(),
+            cpu_text.join(" ")
+        );
+        let (wall, peak, _) = v[v.len() / 2];
         rows.push(Measured {
             name: format!("{name} (median)"),
             wall_s: wall,
             peak_rss_kib: peak,
+            cpu_s: cpus[cpus.len() / 2],
         });
         rows.push(Measured {
             name: format!("{name} (fastest)"),
             wall_s: v[0].0,
             peak_rss_kib: v[0].1,
+            cpu_s: v[0].2,
         });
     }
     if !skip_flink {
@@ -217,6 +257,7 @@ fn main() {
                 name: format!("flink 2.3 {} p={parallelism}", mode.to_uppercase()),
                 wall_s: wall,
                 peak_rss_kib: peak,
+                cpu_s: 0.0,
             });
         }
     }
@@ -226,8 +267,8 @@ fn main() {
         input.display()
     );
     println!(
-        "{:<32} {:>9} {:>10} {:>14}",
-        "engine", "wall s", "MiB/s", "peak RSS MiB"
+        "{:<32} {:>9} {:>10} {:>14} {:>8}",
+        "engine", "wall s", "MiB/s", "peak RSS MiB", "CPU s"
     );
     for r in &rows {
         let peak = if r.peak_rss_kib == 0 {
@@ -235,12 +276,18 @@ fn main() {
         } else {
             format!("{:.0}", r.peak_rss_kib as f64 / 1024.0)
         };
+        let cpu = if r.cpu_s == 0.0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", r.cpu_s)
+        };
         println!(
-            "{:<32} {:>9.2} {:>10.1} {:>14}",
+            "{:<32} {:>9.2} {:>10.1} {:>14} {:>8}",
             r.name,
             r.wall_s,
             size_mib / r.wall_s,
-            peak
+            peak,
+            cpu
         );
     }
     let rate = |name: &str| {
@@ -290,11 +337,23 @@ fn main() {
             rate(&format!("compared {mode} p={parallelism} (median)")),
         ) {
             println!(
-                "floe {mode} time / compared build's:{}{:.2}x (median runs; below 1: this build is faster)",
+                "floe {mode} time / compared build's:{}{:.3}x (median runs; below 1: this build is faster)",
                 " ".repeat(10 - mode.len()),
                 other / this
             );
         }
+    }
+    for (mode, wall, cpu) in paired {
+        println!(
+            "floe {mode} / compared, run by run:{}wall {:.3}x (range {:.3}-{:.3}), CPU {:.3}x (range {:.3}-{:.3}) (median of {runs} back-to-back pairs)",
+            " ".repeat(11 - mode.len()),
+            wall.0,
+            wall.1,
+            wall.2,
+            cpu.0,
+            cpu.1,
+            cpu.2
+        );
     }
     let mem = |name: &str| {
         rows.iter()

@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use floe_datastream::JobRegistry;
 use floe_scheduler::{BatchShuffleMode, Plan};
+use floe_telemetry::logs::{self, LogFormat};
 
 use crate::plan_cmd::{self, Format};
 use crate::{application, generate, graph_file, run_cmd};
@@ -29,27 +30,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-/// How the process writes its log lines (to stderr).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-/// Installs the process's log subscriber: `RUST_LOG` filters (else `default_level`), lines to
-/// stderr as text or JSON.
-pub fn init_logs(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().with_current_span(false).init(),
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -249,7 +229,7 @@ pub fn main(registry: JobRegistry) -> ExitCode {
         Command::Jobmanager { .. } | Command::Taskmanager { .. } => "info",
         _ => "warn",
     };
-    init_logs(cli.log_format, default_level);
+    logs::init(cli.log_format, default_level);
     match run(cli, registry) {
         Ok(code) => code,
         Err(f) => {

@@ -93,9 +93,9 @@ impl JobCheckpoints {
         self.savepoint_checkpoint = None;
     }
 
-    /// `aborted` was aborted: if a savepoint was being taken as it, the savepoint failed.
-    fn aborted(&mut self, aborted: u64, why: &str) {
-        self.history.failed(aborted, crate::server::now_ms(), why);
+    /// `aborted` was aborted at `now_ms`: if a savepoint was being taken as it, the savepoint failed.
+    fn aborted(&mut self, aborted: u64, why: &str, now_ms: u64) {
+        self.history.failed(aborted, now_ms, why);
         if self.savepoint_checkpoint == Some(aborted) {
             self.savepoint_aborted = Some(why.to_string());
         }
@@ -141,11 +141,12 @@ impl JobCheckpoints {
         self.restored_savepoint = Some(directory);
     }
 
-    /// The job was rescaled: its task names changed (see [`CheckpointCoordinator::set_tasks`]).
-    pub fn set_tasks(&mut self, tasks: Vec<String>, sources: Vec<String>) {
+    /// The job was rescaled at `now_ms`: its task names changed (see
+    /// [`CheckpointCoordinator::set_tasks`]).
+    pub fn set_tasks(&mut self, tasks: Vec<String>, sources: Vec<String>, now_ms: u64) {
         if let Some(aborted) = self.coordinator.set_tasks(tasks, sources) {
             self.counts.failed += 1;
-            self.aborted(aborted, "the job rescaled");
+            self.aborted(aborted, "the job rescaled", now_ms);
         }
         self.pending_since_ms = None;
     }
@@ -227,6 +228,7 @@ impl JobCheckpoints {
                 self.aborted(
                     id,
                     "it expired before every task acknowledged it (execution.checkpointing.timeout)",
+                    now_ms,
                 );
             }
             self.pending_since_ms = None;
@@ -286,10 +288,14 @@ impl JobCheckpoints {
     /// `task` finished: the pending checkpoint takes the snapshot it ended with (its last, in the
     /// latest checkpoint) as its acknowledgement; `Some` when that completed it (its completion
     /// time is the caller's to set). Without such a snapshot the pending checkpoint is aborted.
-    pub fn task_finished(&mut self, task: &str) -> Option<CompletedCheckpoint> {
+    pub fn task_finished(&mut self, task: &str, now_ms: u64) -> Option<CompletedCheckpoint> {
         self.coordinator.pending()?;
         let Some(end) = self.latest.as_ref().and_then(|l| l.tasks.get(task)).cloned() else {
-            self.abort(None, &format!("{task} finished before any checkpoint covered it"));
+            self.abort(
+                None,
+                &format!("{task} finished before any checkpoint covered it"),
+                now_ms,
+            );
             return None;
         };
         match self.coordinator.task_finished(task, end, 0) {
@@ -302,12 +308,12 @@ impl JobCheckpoints {
     }
 
     /// A task declined or failed: the pending checkpoint cannot complete.
-    pub fn abort(&mut self, id: Option<u64>, why: &str) {
+    pub fn abort(&mut self, id: Option<u64>, why: &str, now_ms: u64) {
         if let Some(aborted) = self.coordinator.abort(id) {
             tracing::info!(checkpoint = aborted, "checkpoint aborted: {why}");
             self.counts.failed += 1;
             self.pending_since_ms = None;
-            self.aborted(aborted, why);
+            self.aborted(aborted, why, now_ms);
         }
     }
 

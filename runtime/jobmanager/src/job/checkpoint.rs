@@ -94,7 +94,7 @@ impl JobMaster {
     /// Checkpoint `checkpoint` cannot go on (its id could not be claimed).
     pub fn abort_checkpoint(&mut self, checkpoint: u64, why: &str) {
         if let Some(c) = self.checkpoints.as_mut() {
-            c.abort(Some(checkpoint), why);
+            c.abort(Some(checkpoint), why, super::history_now_ms());
         }
     }
 
@@ -103,7 +103,7 @@ impl JobMaster {
             && let Some(c) = self.checkpoints.as_mut()
         {
             let why = format!("{} declined: {reason}", self.graph.task_name(id.vertex));
-            c.abort(Some(checkpoint), &why);
+            c.abort(Some(checkpoint), &why, super::history_now_ms());
         }
     }
 

@@ -144,6 +144,12 @@ pub struct TaskCounters {
     pub out_pool_usage: Option<f64>,
 }
 
+/// The wall clock (ms since the epoch) for the times people read in the exception and checkpoint
+/// histories, where the job's caller gave it no `now`: no decision depends on it.
+pub(crate) fn history_now_ms() -> u64 {
+    crate::server::now_ms()
+}
+
 /// Failures `GET /jobs/{id}/exceptions` keeps.
 pub const EXCEPTION_HISTORY: usize = 64;
 
@@ -758,7 +764,7 @@ impl JobMaster {
                 let task = self.graph.task_name(v);
                 let mut completed = None;
                 if let Some(c) = self.checkpoints.as_mut() {
-                    completed = c.task_finished(&task);
+                    completed = c.task_finished(&task, history_now_ms());
                 }
                 let partitions: Vec<PartitionId> = self.graph.produced_partitions(v).collect();
                 for (p, stats) in partitions.iter().zip(
@@ -939,7 +945,7 @@ impl JobMaster {
         recoverable: bool,
     ) -> Vec<Action> {
         if let Some(c) = self.checkpoints.as_mut() {
-            c.abort(None, &cause);
+            c.abort(None, &cause, history_now_ms());
         }
         for &v in failed {
             let _ = self.graph.transition(v, ExecutionState::Failed);
@@ -955,10 +961,7 @@ impl JobMaster {
             self.exceptions.pop_front();
         }
         self.exceptions.push_back(JobException {
-            // For people reading the history only; no decision depends on it.
-            timestamp_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            timestamp_ms: history_now_ms(),
             cause: cause.clone(),
             tasks: failed.iter().map(|&v| self.graph.task_name(v)).collect(),
             taskmanagers: failed
@@ -1130,7 +1133,7 @@ impl JobMaster {
     pub fn cancel(&mut self) -> Result<Vec<Action>> {
         self.status = self.status.transition(JobStatus::Cancelling)?;
         if let Some(c) = self.checkpoints.as_mut() {
-            c.abort(None, "the job was cancelled");
+            c.abort(None, "the job was cancelled", history_now_ms());
         }
         let mut actions = self.cancel_all();
         actions.extend(self.maybe_terminal());

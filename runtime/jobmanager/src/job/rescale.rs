@@ -149,7 +149,7 @@ impl JobMaster {
     fn begin_rescale(&mut self, target: Vec<u32>, now_ms: u64, delay: Duration) -> Vec<Action> {
         tracing::info!(job = %self.id, from = ?self.current_parallelism(), to = ?target, "rescaling");
         if let Some(c) = self.checkpoints.as_mut() {
-            c.abort(None, "the job rescales");
+            c.abort(None, "the job rescales", now_ms);
         }
         let mut actions = self.cancel_all();
         self.pending_rescale = Some((target, now_ms));
@@ -264,7 +264,7 @@ impl JobMaster {
         self.missing_once.clear();
         let (tasks, sources) = checkpoint_tasks(&self.graph);
         if let Some(c) = self.checkpoints.as_mut() {
-            c.set_tasks(tasks, sources);
+            c.set_tasks(tasks, sources, super::history_now_ms());
         }
         Ok(())
     }

@@ -9,55 +9,9 @@
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use floe_telemetry::metrics::{Gauges, OPENMETRICS, TaskFigures, labels};
 
 use crate::server::{JobManager, now_ms};
-
-type Labels = Vec<(String, String)>;
-type Figures = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
-
-/// The content type of the OpenMetrics text format.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Gauges by name, each a family over labels, registered in the order first used.
-#[derive(Default)]
-struct Gauges {
-    families: Vec<(&'static str, &'static str, Figures)>,
-}
-
-impl Gauges {
-    fn set(&mut self, name: &'static str, help: &'static str, labels: &Labels, value: f64) {
-        let family = match self.families.iter().position(|(n, _, _)| *n == name) {
-            Some(i) => &self.families[i].2,
-            None => {
-                self.families.push((name, help, Figures::default()));
-                &self.families.last().expect("just pushed").2
-            }
-        };
-        family.get_or_create(labels).set(value);
-    }
-
-    fn encode(self) -> String {
-        let mut registry = Registry::default();
-        for (name, help, family) in self.families {
-            registry.register(name, help, family);
-        }
-        let mut out = String::new();
-        // Writing to a String cannot fail.
-        let _ = encode(&mut out, &registry);
-        out
-    }
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// The figures of every job this JobManager runs or ran, and of its TaskManagers.
 pub fn render(jm: &JobManager) -> String {
@@ -180,62 +134,17 @@ pub fn render(jm: &JobManager) -> String {
                     ("tm_id", tm),
                 ]);
                 let counters = &m.counters[global];
-                g.set(
-                    "flink_taskmanager_job_task_numRecordsIn",
-                    "Records the task read",
-                    &tl,
-                    counters.records_in as f64,
-                );
-                g.set(
-                    "flink_taskmanager_job_task_numRecordsOut",
-                    "Records the task wrote",
-                    &tl,
-                    counters.records_out as f64,
-                );
-                g.set(
-                    "flink_taskmanager_job_task_numBytesIn",
-                    "Bytes of the buffers the task read from its input gates",
-                    &tl,
-                    counters.bytes_in as f64,
-                );
-                g.set(
-                    "flink_taskmanager_job_task_numBytesOut",
-                    "Bytes of the buffers the task wrote to its result partitions",
-                    &tl,
-                    counters.bytes_out as f64,
-                );
-                if let Some(w) = counters.current_watermark {
-                    g.set(
-                        "flink_taskmanager_job_task_currentInputWatermark",
-                        "The task's event time (ms since the epoch)",
-                        &tl,
-                        w as f64,
-                    );
+                TaskFigures {
+                    records_in: counters.records_in,
+                    records_out: counters.records_out,
+                    bytes_in: counters.bytes_in,
+                    bytes_out: counters.bytes_out,
+                    in_pool_usage: counters.in_pool_usage,
+                    out_pool_usage: counters.out_pool_usage,
+                    current_watermark: counters.current_watermark,
+                    pending_records: counters.pending_records,
                 }
-                for (name, help, usage) in [
-                    (
-                        "flink_taskmanager_job_task_buffers_inPoolUsage",
-                        "How full the task's input buffers are (0..1)",
-                        counters.in_pool_usage,
-                    ),
-                    (
-                        "flink_taskmanager_job_task_buffers_outPoolUsage",
-                        "How full the task's output buffers are (0..1)",
-                        counters.out_pool_usage,
-                    ),
-                ] {
-                    if let Some(u) = usage {
-                        g.set(name, help, &tl, u);
-                    }
-                }
-                if let Some(p) = counters.pending_records {
-                    g.set(
-                        "flink_taskmanager_job_task_pendingRecords",
-                        "Records a source knows are due but has not read",
-                        &tl,
-                        p as f64,
-                    );
-                }
+                .set(&mut g, &tl);
                 if let Some(r) = m.task_rates(global) {
                     g.set(
                         "flink_taskmanager_job_task_numRecordsInPerSecond",

@@ -11,7 +11,7 @@ mod savepoints;
 mod ui;
 mod views;
 
-pub use metrics::{OPENMETRICS, render as render_metrics};
+pub use metrics::render as render_metrics;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
