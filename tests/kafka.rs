@@ -26,7 +26,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::kafka::{Broker, broker_or_skip};
 use common::*;
@@ -337,9 +337,26 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
                 .collect(),
         )
     };
-    wait_for("every count committed", Duration::from_secs(120), || {
-        (read().len() >= expected.len()).then_some(())
-    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen = read().len();
+        if seen >= expected.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            // What the sink subtasks marked last tells whether their transactions still commit.
+            let marks: Vec<Option<i64>> = (0..2)
+                .map(|s| broker.committed(&format!("test-keyed-count-{s}-commits"), "click-counts"))
+                .collect();
+            return Err(format!(
+                "after 120 s read_committed sees {seen} of {} counts; checkpoints marked by the sink subtasks: {marks:?} (logs in {})",
+                expected.len(),
+                dir.display()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     std::thread::sleep(Duration::from_secs(2));
     let got = read();
     if got != expected {

@@ -6,7 +6,11 @@
 //! `--compare-exe PATH`: another build's `floe`, run alternately with this one in every round, for
 //! a before/after of a change on a hot path measured in one run: besides the medians, each pair of
 //! runs back to back gives a ratio, of wall time and of CPU time (the processes' user and system
-//! time, which other tenants disturb far less), and the median pair is printed). Each
+//! time, which other tenants disturb far less), and the median pair is printed;
+//! `--instructions`: besides, each build's JobManager and TaskManager run each mode once under
+//! valgrind's cachegrind on a `--instructions-mib N` input (default 20), and the instruction counts
+//! are compared: they repeat to a few hundredths of a percent, where times vary by 10-20% from run
+//! to run on a shared machine (`--runs 0 --instructions`: the counts only). Each
 //! Floe mode runs R times, alternating BATCH and STREAMING so that load from other tenants of a
 //! shared machine falls on both alike; the table shows the median run (and the fastest), and the
 //! STREAMING output is checked against BATCH's: every word's updates are 1, 2, ... up to its final
@@ -22,7 +26,7 @@ use std::time::Instant;
 
 mod common;
 
-use common::{arg, measure, measure_run};
+use common::{arg, instructions, measure, measure_run};
 
 const FLOE: &str = env!("CARGO_BIN_EXE_floe");
 
@@ -119,6 +123,55 @@ fn manifest(dir: &Path, input: &Path, mode: &str, parallelism: u32) -> PathBuf {
     path
 }
 
+/// `words-{mib}mib.txt` under `dir`, generated (seeded) on first use.
+fn words_file(dir: &Path, mib: u64) -> PathBuf {
+    let input = dir.join(format!("words-{mib}mib.txt"));
+    if !input.exists() {
+        eprintln!("generating {} ...", input.display());
+        let status = Command::new(FLOE)
+            .args(["gen-words", "--output"])
+            .arg(&input)
+            .args(["--mib", &mib.to_string(), "--seed", "42"])
+            .status()
+            .expect("gen-words");
+        assert!(status.success());
+    }
+    input
+}
+
+/// Each build's instruction count per mode on a `mib` MiB input (one run each: the count
+/// repeats), and this build's over the compared one's.
+fn instruction_counts(dir: &Path, builds: &[(String, PathBuf)], mib: u64, parallelism: u32) {
+    if !instructions::valgrind_available() {
+        panic!("--instructions needs valgrind (Debian's valgrind package)");
+    }
+    let input = words_file(dir, mib);
+    let mut lines = Vec::new();
+    for mode in ["batch", "streaming"] {
+        let mut counts = Vec::new();
+        for (label, exe) in builds {
+            let m = manifest(dir, &input, mode, parallelism);
+            let work = dir.join(format!("cachegrind-{mode}"));
+            let count = instructions::count_instructions(exe, &m, parallelism, &work);
+            let name = format!("{label} {} p={parallelism}", mode.to_uppercase());
+            eprintln!("{name}: {count} instructions");
+            lines.push(format!("{name:<32} {count:>16}"));
+            counts.push(count);
+        }
+        if let [this, other] = counts[..] {
+            lines.push(format!(
+                "floe {} instructions / compared build's: {:.4}x (below 1: this build does less)",
+                mode.to_uppercase(),
+                this as f64 / other as f64
+            ));
+        }
+    }
+    println!("\ninstructions of the JobManager and TaskManager (cachegrind) on {mib} MiB of words");
+    for line in lines {
+        println!("{line}");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mib: u64 = arg(&args, "--mib").and_then(|v| v.parse().ok()).unwrap_or(200);
@@ -131,17 +184,7 @@ fn main() {
         .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     let dir = target.join("bench-data");
     std::fs::create_dir_all(&dir).expect("bench dir");
-    let input = dir.join(format!("words-{mib}mib.txt"));
-    if !input.exists() {
-        eprintln!("generating {} ...", input.display());
-        let status = Command::new(FLOE)
-            .args(["gen-words", "--output"])
-            .arg(&input)
-            .args(["--mib", &mib.to_string(), "--seed", "42"])
-            .status()
-            .expect("gen-words");
-        assert!(status.success());
-    }
+    let input = words_file(&dir, mib);
     let size_mib = std::fs::metadata(&input).map(|m| m.len()).unwrap_or(0) as f64 / 1048576.0;
 
     let mut rows: Vec<Measured> = Vec::new();
@@ -155,10 +198,12 @@ fn main() {
     });
     eprintln!("baseline: {words} words, {distinct} distinct");
 
+    let count_instructions = args.iter().any(|a| a == "--instructions");
+    // `--runs 0` with `--instructions`: the instruction counts only.
     let runs: usize = arg(&args, "--runs")
         .and_then(|v| v.parse().ok())
         .unwrap_or(5)
-        .max(1);
+        .max(usize::from(!count_instructions));
     let mut builds = vec![("floe".to_string(), PathBuf::from(FLOE))];
     if let Some(other) = arg(&args, "--compare-exe") {
         builds.push(("compared".to_string(), PathBuf::from(other)));
@@ -186,7 +231,7 @@ fn main() {
         }
     }
     // The last runs of each mode were this build's when no other build is compared.
-    if builds.len() == 1 {
+    if builds.len() == 1 && runs > 0 {
         let check = check_streaming_against_batch(&dir.join("out-batch"), &dir.join("out-streaming"));
         eprintln!("{check}");
     }
@@ -362,5 +407,11 @@ fn main() {
     };
     if let (Some(f), Some(fl)) = (mem("floe BATCH"), mem("flink 2.3 BATCH")) {
         println!("peak memory floe BATCH / flink BATCH:        {:.2}", f / fl);
+    }
+    if count_instructions {
+        let mib = arg(&args, "--instructions-mib")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        instruction_counts(&dir, &builds, mib, parallelism);
     }
 }

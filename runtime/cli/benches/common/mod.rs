@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod instructions;
+
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
