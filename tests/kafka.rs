@@ -26,7 +26,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::kafka::{Broker, broker_or_skip};
 use common::*;
@@ -337,25 +337,23 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
                 .collect(),
         )
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let seen = read().len();
-        if seen >= expected.len() {
-            break;
-        }
-        if Instant::now() > deadline {
-            // What the sink subtasks marked last tells whether their transactions still commit.
-            let marks: Vec<Option<i64>> = (0..2)
-                .map(|s| broker.committed(&format!("test-keyed-count-{s}-commits"), "click-counts"))
-                .collect();
-            return Err(format!(
-                "after 120 s read_committed sees {seen} of {} counts; checkpoints marked by the sink subtasks: {marks:?} (logs in {})",
-                expected.len(),
-                dir.display()
-            )
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let mut seen = 0;
+    if poll(Duration::from_secs(120), || {
+        seen = read().len();
+        (seen >= expected.len()).then_some(())
+    })
+    .is_none()
+    {
+        // What the sink subtasks marked last tells whether their transactions still commit.
+        let marks: Vec<Option<i64>> = (0..2)
+            .map(|s| broker.committed(&format!("test-keyed-count-{s}-commits"), "click-counts"))
+            .collect();
+        return Err(format!(
+            "after 120 s read_committed sees {seen} of {} counts; checkpoints marked by the sink subtasks: {marks:?} (logs in {})",
+            expected.len(),
+            dir.display()
+        )
+        .into());
     }
     std::thread::sleep(Duration::from_secs(2));
     let got = read();

@@ -10,13 +10,21 @@ use std::sync::OnceLock;
 pub const FLOE: &str = env!("CARGO_BIN_EXE_floe");
 
 /// Polls `probe` every 50 ms until it gives a value; fails naming `what` after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: std::time::Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: std::time::Duration, probe: impl FnMut() -> Option<T>) -> T {
+    poll(timeout, probe).unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// Polls `probe` every 50 ms until it gives a value; `None` after `timeout` (for a caller that
+/// reports more than [`wait_for`]'s message).
+pub fn poll<T>(timeout: std::time::Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     let start = std::time::Instant::now();
     loop {
         if let Some(v) = probe() {
-            return v;
+            return Some(v);
         }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        if start.elapsed() >= timeout {
+            return None;
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -142,9 +142,10 @@ fn words_file(dir: &Path, mib: u64) -> PathBuf {
 /// Each build's instruction count per mode on a `mib` MiB input (one run each: the count
 /// repeats), and this build's over the compared one's.
 fn instruction_counts(dir: &Path, builds: &[(String, PathBuf)], mib: u64, parallelism: u32) {
-    if !instructions::valgrind_available() {
-        panic!("--instructions needs valgrind (Debian's valgrind package)");
-    }
+    assert!(
+        instructions::valgrind_available(),
+        "--instructions needs valgrind (Debian's valgrind package)"
+    );
     let input = words_file(dir, mib);
     let mut lines = Vec::new();
     for mode in ["batch", "streaming"] {
