@@ -10,12 +10,15 @@
 //! kills the only TaskManager and starts a new process under its id at once (a container restart):
 //! the JobManager must treat the new registration as the loss of the old process.
 //! `*_event_time_windows_*`: Nexmark q5, q11 (event-time windows and timers), q4 and q8 (two inputs)
-//! through the same kill.
+//! through the same kill. `three_taskmanager_kills_*`: a longer run loses three TaskManagers one
+//! after the other under the default restart strategy of a checkpointing job (exponential-delay);
+//! `a_taskmanager_sigterm_costs_one_restart`: a TaskManager stopped with SIGTERM is one failure.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,9 +39,9 @@ fn get(cluster: &LocalCluster, path: &str) -> Value {
     body
 }
 
-/// Every line a fault-free run commits: for each word, its running counts 1..=total.
-fn expected_lines() -> Vec<(String, u64)> {
-    let mut lines: Vec<(String, u64)> = pipeline_reference(SEED, RECORDS)
+/// Every line a fault-free run of `records` lines commits: for each word, its running counts 1..=total.
+fn expected_lines(records: u64) -> Vec<(String, u64)> {
+    let mut lines: Vec<(String, u64)> = pipeline_reference(SEED, records)
         .into_iter()
         .flat_map(|(w, total)| (1..=total).map(move |c| (w.clone(), c)))
         .collect();
@@ -172,7 +175,7 @@ fn recover(
 
     let mut got = output_lines(&out);
     got.sort();
-    let expected = expected_lines();
+    let expected = expected_lines(RECORDS);
     if got != expected {
         let dupes = got.windows(2).filter(|w| w[0] == w[1]).count();
         return Err(format!(
@@ -310,14 +313,17 @@ fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
     let config = floe_datastream::nexmark::NexmarkConfig::default();
     let events = floe_datastream::nexmark::events(&config, NEXMARK_EVENTS);
     let expected = floe_datastream::nexmark::reference(query, &events).unwrap();
-    // Committed parts in the order each subtask wrote them (`part-{subtask}-{n}-{writer}`): q4's
-    // changelog is ordered per key, and a key is one subtask's.
+    // Committed parts in the order each subtask wrote them (`part-{run}-{subtask}-{n}-{writer}`,
+    // one run here): q4's changelog is ordered per key, and a key is one subtask's.
     let mut parts: Vec<((u64, u64), std::path::PathBuf)> = Vec::new();
     for entry in std::fs::read_dir(&out).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         if let Some(rest) = name.strip_prefix("part-") {
-            let mut n = rest.split('-').map(|x| x.parse::<u64>().unwrap_or(u64::MAX));
+            let mut n = rest
+                .split('-')
+                .skip(1)
+                .map(|x| x.parse::<u64>().unwrap_or(u64::MAX));
             parts.push(((n.next().unwrap(), n.next().unwrap_or(0)), path));
         }
     }
@@ -378,7 +384,8 @@ fn covered_by_the_last_checkpoint(
         let Some(rest) = name.strip_prefix("part-") else {
             continue;
         };
-        let mut fields = rest.split('-');
+        // `part-{run}-{subtask}-{n}-{writer}`.
+        let mut fields = rest.split('-').skip(1);
         let (subtask, n) = (
             fields.next().unwrap(),
             fields.next().unwrap().parse::<u64>().unwrap(),
@@ -391,6 +398,217 @@ fn covered_by_the_last_checkpoint(
             .into());
         }
     }
+    Ok(())
+}
+
+/// The restart budget resets (Flink 2's default for a checkpointing job, exponential-delay): the
+/// `pipeline` job, with no restart strategy configured, loses three TaskManagers to SIGKILL one
+/// after the other, each once the job runs again and completed two checkpoints since the kill
+/// before. Each kill is one failure although the JobManager hears of it twice (a task elsewhere
+/// fails reading from the dead TaskManager, then the restart's deployment cannot reach it). The
+/// job FINISHES and its committed output equals the fault-free output line for line.
+/// A local cluster of `taskmanagers` x 2 slots running the checkpointing `pipeline` job over
+/// `records` lines (a checkpoint a second, `extra` configuration on top); the cluster, the output
+/// directory and the job id.
+fn pipeline_job(
+    dir: &Path,
+    taskmanagers: u32,
+    records: u64,
+    extra: &[(&str, &str)],
+) -> (LocalCluster, std::path::PathBuf, String) {
+    let spec = ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers,
+        slots: 2,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: Duration::from_secs(2),
+        job_file: None,
+        placement: None,
+        env: Vec::new(),
+        properties: Vec::new(),
+    };
+    let cluster = LocalCluster::start(&spec).unwrap();
+    let out = dir.join("out");
+    let storage = format!("file://{}", dir.join("storage").display());
+    let mut conf: BTreeMap<String, String> = [
+        ("execution.runtime-mode", "STREAMING"),
+        ("parallelism.default", "2"),
+        ("execution.checkpointing.interval", "1 s"),
+        ("floe.job-storage.url", storage.as_str()),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    conf.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let args = [
+        "--output",
+        out.to_str().unwrap(),
+        "--records",
+        &records.to_string(),
+        "--rate",
+        &RATE.to_string(),
+        "--seed",
+        &SEED.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let id = submit_job(&cluster.rpc_address, "pipeline", args, conf);
+    (cluster, out, id)
+}
+
+/// The TaskManager running `reduce#0`.
+fn reduce_taskmanager(job: &Value) -> String {
+    job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == "reduce")
+        .and_then(|v| v["subtasks"][0]["taskmanager-id"].as_str())
+        .unwrap_or_else(|| panic!("no reduce#0 placement: {job}"))
+        .to_string()
+}
+
+/// The job's details once it ended.
+fn ended_job(cluster: &LocalCluster, id: &str, timeout: Duration) -> Value {
+    wait_for("the job to end", timeout, || {
+        let j = get(cluster, &format!("/jobs/{id}"));
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
+    })
+}
+
+/// The committed output equals the fault-free output of `records` lines, every part covered by
+/// the job's last checkpoint; the number of lines.
+fn exactly_the_fault_free_output(
+    dir: &Path,
+    out: &Path,
+    id: &str,
+    records: u64,
+    after: &str,
+) -> Result<usize, Failed> {
+    let mut got = output_lines(out);
+    got.sort();
+    let expected = expected_lines(records);
+    if got != expected {
+        let dupes = got.windows(2).filter(|w| w[0] == w[1]).count();
+        return Err(format!(
+            "output differs from the fault-free run after {after}: {} lines, expected {} ({dupes} duplicates)",
+            got.len(),
+            expected.len()
+        )
+        .into());
+    }
+    covered_by_the_last_checkpoint(&dir.join("storage"), id, out)?;
+    Ok(got.len())
+}
+
+fn three_kills_spaced_over_the_run() -> Result<(), Failed> {
+    /// About 16 s of input at RATE: the third kill comes well before the end.
+    const RECORDS_LONG: u64 = 80_000;
+    let dir = scratch("three-kills");
+    let (cluster, out, id) = pipeline_job(&dir, 4, RECORDS_LONG, &[]);
+    let mut killed: Vec<String> = Vec::new();
+    let mut completed_before = 0;
+    for kill in 1..=3 {
+        let ready = wait_for(
+            &format!("the job running with two new checkpoints before kill {kill}"),
+            Duration::from_secs(90),
+            || {
+                let job = get(&cluster, &format!("/jobs/{id}"));
+                if matches!(job["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")) {
+                    return Some(Err(job));
+                }
+                let completed = get(&cluster, &format!("/jobs/{id}/checkpoints"))["counts"]["completed"]
+                    .as_u64()
+                    .unwrap_or(0);
+                let all_running = job["vertices"]
+                    .as_array()?
+                    .iter()
+                    .flat_map(|v| v["subtasks"].as_array().into_iter().flatten())
+                    .all(|s| s["status"] == "RUNNING");
+                (job["state"] == "RUNNING" && all_running && completed >= completed_before + 2)
+                    .then_some(Ok((job, completed)))
+            },
+        );
+        let (job, completed) = ready.map_err(|job| {
+            format!(
+                "the job ended before kill {kill}: {}",
+                serde_json::to_string_pretty(&job).unwrap()
+            )
+        })?;
+        let victim = reduce_taskmanager(&job);
+        assert!(!killed.contains(&victim), "{victim} was killed already: {job}");
+        kill_taskmanager(&cluster, &victim);
+        eprintln!("kill {kill}: {victim} (after {completed} completed checkpoints)");
+        killed.push(victim);
+        completed_before = completed;
+    }
+    let end = ended_job(&cluster, &id, Duration::from_secs(180));
+    assert_eq!(
+        end["state"],
+        "FINISHED",
+        "{}",
+        serde_json::to_string_pretty(&end).unwrap()
+    );
+    let restarts = end["restarts"].as_u64().unwrap_or(0);
+    assert!(restarts >= 3, "three kills, {restarts} restarts: {end}");
+    let lines = exactly_the_fault_free_output(&dir, &out, &id, RECORDS_LONG, "three kills")?;
+    eprintln!(
+        "three kills ({}): {} lines exactly once, {restarts} restarts",
+        killed.join(", "),
+        lines
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// "A TaskManager's SIGTERM (an eviction, a scale-down) counts as one failure, not two": with one
+/// restart allowed (`fixed-delay`, 1 attempt, 500 ms), the TaskManager running `reduce#0` gets
+/// SIGTERM after the second checkpoint. It reports each of its tasks failed as it stops (the
+/// failure counted); the restart, due before its heartbeat times out, sends attempts to its slots
+/// and cannot reach it (its loss: the same failure, not a second one). The job FINISHES with the
+/// fault-free output.
+fn sigterm_costs_one_restart() -> Result<(), Failed> {
+    let dir = scratch("sigterm-one-restart");
+    let (cluster, out, id) = pipeline_job(
+        &dir,
+        3,
+        RECORDS,
+        &[
+            ("restart-strategy.type", "fixed-delay"),
+            ("restart-strategy.fixed-delay.attempts", "1"),
+            ("restart-strategy.fixed-delay.delay", "500 ms"),
+        ],
+    );
+    wait_for("two completed checkpoints", Duration::from_secs(60), || {
+        let c = get(&cluster, &format!("/jobs/{id}/checkpoints"));
+        (c["counts"]["completed"].as_u64().unwrap_or(0) >= 2).then_some(c)
+    });
+    let job = get(&cluster, &format!("/jobs/{id}"));
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    let victim = reduce_taskmanager(&job);
+    let index: usize = victim.strip_prefix("taskmanager-").unwrap().parse().unwrap();
+    let pid = cluster.taskmanager_pids()[index];
+    let terminated = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(terminated.success());
+    let end = ended_job(&cluster, &id, Duration::from_secs(120));
+    let exceptions = get(&cluster, &format!("/jobs/{id}/exceptions"));
+    assert_eq!(
+        end["state"],
+        "FINISHED",
+        "one SIGTERM, one restart allowed: {}\nexceptions: {}",
+        serde_json::to_string_pretty(&end).unwrap(),
+        serde_json::to_string_pretty(&exceptions).unwrap()
+    );
+    let lines = exactly_the_fault_free_output(&dir, &out, &id, RECORDS, "SIGTERM")?;
+    eprintln!(
+        "SIGTERM to {victim}: {} lines exactly once, {} failovers, one restart counted",
+        lines, end["restarts"]
+    );
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -445,6 +663,14 @@ fn main() {
             ));
         }
     }
+    trials.push(Trial::test(
+        "three_taskmanager_kills_finish_with_the_default_restart_strategy",
+        three_kills_spaced_over_the_run,
+    ));
+    trials.push(Trial::test(
+        "a_taskmanager_sigterm_costs_one_restart",
+        sigterm_costs_one_restart,
+    ));
     trials.push(Trial::test("taskmanager_restarted_under_its_id", || {
         let storage = format!("file://{}", scratch("storage-restart-same-id").display());
         recover("hashmap", "reduce", &storage, None, Fault::RestartUnderSameId)

@@ -1,11 +1,15 @@
 //! The command-line client (issue 16): `floe list`, `info`, `savepoint`, `stop` and `cancel`
 //! against a running local cluster's REST API, as a Flink user runs `flink list` and friends;
 //! text for people, `--output json` for scripts; a wrong address or job named in the error.
+//! Savepoint directories as plain paths, as Flink takes them (absolute, or relative to where the
+//! command runs); `floe stop` of the job a `floe run` runs hears the stop's outcome although that
+//! cluster ends with the job.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use std::process::Output;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -184,4 +188,163 @@ fn a_wrong_jobmanager_is_named() {
         "{}",
         String::from_utf8_lossy(&down.stderr)
     );
+}
+
+/// The savepoint directory a `floe savepoint` or `floe stop` printed (`... : file:///...`), as a
+/// local path, after checking it is under `parent` and holds a whole savepoint.
+fn savepoint_under(printed: &str, parent: &std::path::Path) -> std::path::PathBuf {
+    let location = printed
+        .trim()
+        .rsplit_once(": ")
+        .unwrap_or_else(|| panic!("no location in {printed:?}"))
+        .1;
+    let local = std::path::PathBuf::from(
+        location
+            .strip_prefix("file://")
+            .unwrap_or_else(|| panic!("not a file:// location: {location}")),
+    );
+    assert_eq!(local.parent(), Some(parent), "{printed}");
+    assert!(
+        local.join("_metadata").is_file(),
+        "the savepoint {} is whole",
+        local.display()
+    );
+    local
+}
+
+/// `floe savepoint JOB /plain/dir` and `floe stop JOB --savepoint-path /plain/dir`, as Flink's
+/// CLI takes them: a plain path is a local directory; a relative one is taken against the
+/// directory the command runs in.
+#[test]
+fn plain_paths_are_savepoint_directories() {
+    let (cluster, dir) = local_cluster("client-plain-paths", 1, 2);
+    let jm = format!("http://{}", cluster.rest_address);
+    let id = submit(&cluster, &dir, "job");
+    wait_running(&cluster.rest_address, &id);
+
+    let absolute = dir.join("savepoints");
+    let taken = stdout(&floe(&[
+        "savepoint",
+        &id,
+        absolute.to_str().unwrap(),
+        "--jobmanager",
+        &jm,
+    ]));
+    savepoint_under(&taken, &absolute);
+
+    let relative = std::process::Command::new(FLOE)
+        .args(["savepoint", &id, "relative/savepoints", "--jobmanager", &jm])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    savepoint_under(&stdout(&relative), &dir.join("relative/savepoints"));
+
+    let stops = dir.join("stops");
+    let stopped = stdout(&floe(&[
+        "stop",
+        &id,
+        "--savepoint-path",
+        stops.to_str().unwrap(),
+        "--jobmanager",
+        &jm,
+    ]));
+    assert!(
+        stopped.starts_with(&format!("Savepoint completed, job {id} stopped: ")),
+        "{stopped}"
+    );
+    savepoint_under(&stopped, &stops);
+    wait_for("the stopped job to finish", Duration::from_secs(60), || {
+        (state(&cluster.rest_address, &id) == "FINISHED").then_some(())
+    });
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `floe stop` of the job a `floe run` runs: that cluster ends as the job finishes, which the
+/// stop makes it do as its savepoint completes; the stop still hears its outcome (exit 0, the
+/// savepoint's location printed), and `floe run` reports the job FINISHED.
+#[test]
+fn stop_of_a_floe_run_job_reports_its_savepoint() {
+    let dir = scratch("client-stop-floe-run");
+    let manifest = dir.join("pipeline.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: pipeline }}\nspec:\n  job:\n    \
+             name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"0\", \"--rate\", \"2000\"]\n    \
+             parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 2 }}\n  configuration:\n    \
+             execution.checkpointing.interval: \"500 ms\"\n",
+            dir.join("out").display()
+        ),
+    )
+    .unwrap();
+    // Killed on drop: a failed assertion leaves no `floe run` (nor, through it, its cluster) behind.
+    let mut run = common::processes::Proc(
+        std::process::Command::new(FLOE)
+            .args(["run", "-f"])
+            .arg(&manifest)
+            .arg("--work-dir")
+            .arg(dir.join("work"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = BufReader::new(run.0.stderr.take().unwrap());
+    let mut line = String::new();
+    let rest = loop {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "floe run ended before printing the UI's URL"
+        );
+        if let Some(address) = web_ui_address(&line) {
+            break address;
+        }
+    };
+    // The rest of its progress lines, so it never blocks on a full pipe.
+    let said = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = err.read_to_string(&mut rest);
+        rest
+    });
+    let id = wait_for("floe run's job", Duration::from_secs(60), || {
+        try_http("GET", &rest, "/jobs")
+            .and_then(|(_, jobs)| jobs["jobs"][0]["id"].as_str().map(str::to_string))
+    });
+    wait_running(&rest, &id);
+    let savepoints = format!("file://{}", dir.join("savepoints").display());
+    let stop = floe(&[
+        "stop",
+        &id,
+        "--savepoint-path",
+        &savepoints,
+        "--jobmanager",
+        &format!("http://{rest}"),
+    ]);
+    let Some(run_status) = poll(Duration::from_secs(60), || run.0.try_wait().unwrap()) else {
+        panic!(
+            "floe run did not end after the stop: {}{}",
+            String::from_utf8_lossy(&stop.stdout),
+            String::from_utf8_lossy(&stop.stderr)
+        );
+    };
+    let mut run_out = String::new();
+    run.0.stdout.take().unwrap().read_to_string(&mut run_out).unwrap();
+    let run_err = said.join().unwrap();
+    assert!(
+        stop.status.success(),
+        "floe stop failed: {}{}\nfloe run said: {run_out}{run_err}",
+        String::from_utf8_lossy(&stop.stdout),
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let stopped = String::from_utf8_lossy(&stop.stdout);
+    assert!(
+        stopped.starts_with(&format!("Savepoint completed, job {id} stopped: {savepoints}/")),
+        "{stopped}"
+    );
+    savepoint_under(&stopped, &dir.join("savepoints"));
+    assert!(run_status.success(), "floe run: {run_status}\n{run_out}{run_err}");
+    assert!(run_out.contains(&format!("({id}) FINISHED in ")), "{run_out}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

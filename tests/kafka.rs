@@ -9,11 +9,20 @@
 //!   files hold every running count of every word exactly once.
 //! - `keyed_count_topic_to_topic_exactly_once_across_a_kill`: the same kill with the exactly-once
 //!   Kafka sink; a `read_committed` consumer sees every running count of every key exactly once.
+//! - `exactly_once_runs_of_one_manifest_each_commit_everything` (issue 31): `files-to-kafka`
+//!   exactly-once run twice by `floe run -f` with one manifest (one transactional id prefix)
+//!   and different input: `read_committed` sees every line of both runs once.
+//! - `restoring_an_older_savepoint_writes_everything_it_replays` (issue 31): a savepoint, newer
+//!   checkpoints committed after it, then a new job from the savepoint: everything the new job
+//!   produces (its replay of what followed the savepoint included) is committed once.
 //! - `new_topics_matching_the_pattern_are_read`: a topic created while the job runs is read.
 //! - `files_to_kafka_with_each_guarantee`: `files-to-kafka` exactly-once and at-least-once; every
 //!   line once, keyed by its first field.
 //! - `starting_offsets_latest_then_committed`: `latest` reads only what comes after the start;
 //!   the offsets committed to the group for monitoring start a later job from `committed`.
+//! - `group_offsets_wait_for_the_checkpoint_to_complete`: checkpoints that the source snapshotted
+//!   but that never complete (the job storage refuses their metadata) leave the group's offsets
+//!   where the last completed one put them; once one completes they follow it.
 //! - `bad_input_*`: an unknown topic, an unreachable broker, a record that does not deserialize:
 //!   the job fails with a message naming it, after its restart strategy, and nothing is
 //!   committed twice.
@@ -305,7 +314,7 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
         || {
             (0..2)
                 .all(|s| {
-                    broker.committed(&format!("test-keyed-count-{s}-commits"), "click-counts") >= Some(2)
+                    broker.committed(&format!("test-keyed-count-{s}-{id}-commits"), "click-counts") >= Some(2)
                 })
                 .then_some(())
         },
@@ -346,7 +355,7 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
     {
         // What the sink subtasks marked last tells whether their transactions still commit.
         let marks: Vec<Option<i64>> = (0..2)
-            .map(|s| broker.committed(&format!("test-keyed-count-{s}-commits"), "click-counts"))
+            .map(|s| broker.committed(&format!("test-keyed-count-{s}-{id}-commits"), "click-counts"))
             .collect();
         return Err(format!(
             "after 120 s read_committed sees {seen} of {} counts; checkpoints marked by the sink subtasks: {marks:?} (logs in {})",
@@ -418,6 +427,200 @@ fn files_to_kafka_with_each_guarantee(broker: &Broker, dir: &Path) -> Result<(),
     Ok(())
 }
 
+/// Issue 31, item 1: two runs of one exactly-once manifest (one transactional id prefix, checkpoint
+/// ids from 1 in each) with different input each commit every line once. Before the markers were
+/// scoped to the job run, the second run's checkpoints read as already written and its 5,000
+/// lines were never committed.
+fn exactly_once_runs_of_one_manifest_each_commit_everything(
+    broker: &Broker,
+    dir: &Path,
+) -> Result<(), Failed> {
+    let topic = "runs-of-one-manifest";
+    broker.create_topic(topic, 2);
+    let input = dir.join("lines.txt");
+    let manifest = dir.join("files-to-kafka.yaml");
+    let job_args = args(&[
+        ("input", input.to_str().unwrap()),
+        ("bootstrap-servers", &broker.bootstrap),
+        ("output-topic", topic),
+        ("delivery-guarantee", "exactly-once"),
+        ("key", "first-field"),
+    ]);
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: files-to-kafka }}\nspec:\n  \
+             image: ghcr.io/floe-dev/floe-worker:0.1.0\n  job:\n    name: files-to-kafka\n    args: {job_args:?}\n    \
+             parallelism: 2\n    mode: streaming\n    state: running\n    upgradeMode: stateless\n  \
+             taskManager: {{ replicas: 1, slots: 2 }}\n  configuration:\n    \
+             execution.checkpointing.interval: \"500 ms\"\n"
+        ),
+    )
+    .unwrap();
+    let mut expected = Vec::new();
+    for run in 1..=2 {
+        let lines: Vec<String> = (0..5_000)
+            .map(|i| format!("user{}\trun {run} line {i}", i % 37))
+            .collect();
+        std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+        expected.extend(lines);
+        let stdout = floe_run_ok(&manifest, &dir.join(format!("run{run}")))?;
+        if !stdout.contains(" FINISHED in ") {
+            return Err(format!("run {run} did not finish: {stdout}").into());
+        }
+    }
+    expected.sort();
+    let mut got: Vec<String> = broker
+        .read_committed(topic)
+        .into_iter()
+        .map(|(_, _, v)| v)
+        .collect();
+    got.sort();
+    if got != expected {
+        let second = got.iter().filter(|l| l.contains("run 2 ")).count();
+        return Err(format!(
+            "read_committed sees {} lines of the two runs' {} ({second} of the second run's 5000)",
+            got.len(),
+            expected.len()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Issue 31, item 1: a job restored from a savepoint older than checkpoints its predecessor
+/// committed writes everything it produces, its replay of what followed the savepoint included
+/// (the predecessor's markers are past the new job's first checkpoint ids).
+fn restoring_an_older_savepoint_writes_everything_it_replays(
+    broker: &Broker,
+    dir: &Path,
+) -> Result<(), Failed> {
+    broker.create_topic("visits", 2);
+    broker.create_topic("visit-counts", 2);
+    let batch = |range: std::ops::Range<u64>| -> Vec<(Option<String>, String)> {
+        range
+            .map(|i| (Some(format!("user{}", (i * 7919) % 31)), format!("visit {i}")))
+            .collect()
+    };
+    let (a, b, c) = (batch(0..1_000), batch(1_000..2_000), batch(2_000..3_000));
+    // Running counts per key of `records`, starting from `from`.
+    let running = |from: &HashMap<String, u64>, records: &[&[(Option<String>, String)]]| {
+        let mut totals = from.clone();
+        let mut out = Vec::new();
+        for (k, _) in records.iter().flat_map(|r| r.iter()) {
+            let n = totals.entry(k.clone().unwrap()).or_insert(0);
+            *n += 1;
+            out.push((k.clone().unwrap(), *n));
+        }
+        (out, totals)
+    };
+    let read = || {
+        counts(
+            broker
+                .read_committed("visit-counts")
+                .into_iter()
+                .map(|(_, _, v)| v)
+                .collect(),
+        )
+    };
+    let cluster = cluster(dir, 2);
+    let job_args = args(&[
+        ("bootstrap-servers", &broker.bootstrap),
+        ("topic", "visits"),
+        ("output-topic", "visit-counts"),
+        ("delivery-guarantee", "exactly-once"),
+        ("transactional-id-prefix", "test-older-savepoint"),
+    ]);
+    let mut conf = streaming_conf(dir, None);
+    // Many checkpoints with records after the savepoint: the first job's markers end far past
+    // the ids the second job starts at.
+    conf.insert("execution.checkpointing.interval".into(), "200 ms".into());
+    let first = submit_job(
+        &cluster.rpc_address,
+        "kafka-keyed-count",
+        job_args.clone(),
+        conf.clone(),
+    );
+    broker.produce("visits", &a);
+    wait_for("the first job's counts of A", Duration::from_secs(90), || {
+        (read().len() >= a.len()).then_some(())
+    });
+    let (status, answer) = http_with_body(
+        "POST",
+        &cluster.rest_address,
+        &format!("/jobs/{first}/savepoints"),
+        &format!(
+            r#"{{"target-directory": "file://{}"}}"#,
+            dir.join("savepoints").display()
+        ),
+    );
+    assert_eq!(status, 202, "{answer}");
+    let trigger = answer["request-id"].as_str().unwrap().to_string();
+    let savepoint = wait_for("the savepoint", Duration::from_secs(60), || {
+        let done = get(&cluster, &format!("/jobs/{first}/savepoints/{trigger}"));
+        (done["status"]["id"] != "IN_PROGRESS").then_some(done)
+    });
+    let location = savepoint["operation"]["location"]
+        .as_str()
+        .unwrap_or_else(|| panic!("savepoint failed: {savepoint}"))
+        .to_string();
+    // B's counts committed by checkpoints after the savepoint, a few records each.
+    for chunk in b.chunks(100) {
+        broker.produce("visits", chunk);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    wait_for("the first job's counts of B", Duration::from_secs(90), || {
+        (read().len() >= a.len() + b.len()).then_some(())
+    });
+    let (status, _) = http("PATCH", &cluster.rest_address, &format!("/jobs/{first}"));
+    assert_eq!(status, 202);
+    ended(&cluster, &first, Duration::from_secs(60));
+    let mut from_savepoint = conf.clone();
+    from_savepoint.insert("execution.state-recovery.path".into(), location);
+    let second = submit_job(
+        &cluster.rpc_address,
+        "kafka-keyed-count",
+        job_args,
+        from_savepoint,
+    );
+    broker.produce("visits", &c);
+    let (first_run, _) = running(&HashMap::new(), &[&a, &b]);
+    // The savepoint's state: A's counts.
+    let (_, after_a) = running(&HashMap::new(), &[&a]);
+    let (second_run, _) = running(&after_a, &[&b, &c]);
+    let mut expected: Vec<(String, u64)> = first_run.into_iter().chain(second_run).collect();
+    expected.sort();
+    let mut seen = 0;
+    if poll(Duration::from_secs(120), || {
+        seen = read().len();
+        (seen >= expected.len()).then_some(())
+    })
+    .is_none()
+    {
+        let job = get(&cluster, &format!("/jobs/{second}"));
+        return Err(format!(
+            "read_committed sees {seen} of {} counts after the restore (job {}; logs in {})",
+            expected.len(),
+            job["state"],
+            dir.display()
+        )
+        .into());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let got = read();
+    if got != expected {
+        let missing: Vec<_> = expected.iter().filter(|e| !got.contains(e)).take(5).collect();
+        let extra: Vec<_> = got.iter().filter(|g| !expected.contains(g)).take(5).collect();
+        return Err(format!(
+            "read_committed saw {} counts, expected {}; missing e.g. {missing:?}, unexpected e.g. {extra:?}",
+            got.len(),
+            expected.len()
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn new_topics_matching_the_pattern_are_read(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("events-a", 2);
     let cluster = cluster(dir, 1);
@@ -455,7 +658,7 @@ fn new_topics_matching_the_pattern_are_read(broker: &Broker, dir: &Path) -> Resu
 }
 
 /// Starting offsets: `latest` reads only what comes after the start; the source commits its
-/// offsets to `--group-id` at its checkpoints (for monitoring), and a later job started from
+/// offsets to `--group-id` as its checkpoints complete (for monitoring), and a later job started from
 /// `committed` reads on from there.
 fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("start", 2);
@@ -534,6 +737,107 @@ fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result
             committed(&out2).len()
         )
         .into());
+    }
+    Ok(())
+}
+
+/// The group's offsets are committed when a checkpoint completes (Flink's
+/// `notifyCheckpointComplete`), not at the source's snapshot: while the job storage refuses the
+/// checkpoints' metadata (each coming `chk-{n}/_metadata` taken by a directory), the source reads
+/// and snapshots 200 records in checkpoint after checkpoint and none completes; the group's
+/// offsets must stay at what the last completed one saw (0), as the job's output does, or a job
+/// started from `committed` would skip records whose output never became visible. Once the
+/// storage is back, the next completed checkpoint commits the output and the offsets to 200.
+fn group_offsets_wait_for_the_checkpoint_to_complete(broker: &Broker, dir: &Path) -> Result<(), Failed> {
+    broker.create_topic("held", 2);
+    let cluster = cluster(dir, 1);
+    let out = dir.join("out");
+    let id = submit_job(
+        &cluster.rpc_address,
+        "kafka-to-files",
+        args(&[
+            ("bootstrap-servers", &broker.bootstrap),
+            ("topic", "held"),
+            ("output", out.to_str().unwrap()),
+            ("group-id", "held-group"),
+        ]),
+        streaming_conf(dir, None),
+    );
+    let counts = |cluster: &LocalCluster| {
+        let c = get(cluster, &format!("/jobs/{id}/checkpoints"));
+        (
+            c["counts"]["triggered"].as_u64().unwrap_or(0),
+            c["counts"]["completed"].as_u64().unwrap_or(0),
+        )
+    };
+    // Started (its offsets resolved, the topic empty) once a checkpoint completed.
+    wait_for("a checkpoint", Duration::from_secs(60), || {
+        (counts(&cluster).1 >= 1).then_some(())
+    });
+    let group_total = || -> i64 {
+        (0..2)
+            .map(|p| broker.committed_on("held-group", "held", p).unwrap_or(0))
+            .sum()
+    };
+    // The next 40 checkpoints are triggered (their ids claimed, their barriers sent, every task
+    // snapshots) but none completes: its metadata cannot be written.
+    let (triggered, _) = counts(&cluster);
+    let refused: Vec<PathBuf> = (triggered + 1..=triggered + 40)
+        .map(|n| {
+            dir.join("storage")
+                .join("checkpoints")
+                .join(&id)
+                .join(format!("chk-{n}"))
+                .join("_metadata")
+        })
+        .collect();
+    for metadata in &refused {
+        std::fs::create_dir_all(metadata).unwrap();
+    }
+    // One in flight when the storage turned may still complete: count from after it.
+    wait_for("a refused checkpoint", Duration::from_secs(60), || {
+        (counts(&cluster).0 > triggered + 1).then_some(())
+    });
+    let (_, completed) = counts(&cluster);
+    let records: Vec<(Option<String>, String)> = (0..200).map(|i| (None, format!("held-{i}"))).collect();
+    broker.produce("held", &records);
+    // Three checkpoints triggered after the records are in: the source has read and snapshotted
+    // them all (it reads a batch every few ms).
+    let (after, _) = counts(&cluster);
+    wait_for("three more checkpoints", Duration::from_secs(60), || {
+        (counts(&cluster).0 >= after + 3).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (now, completed_now) = counts(&cluster);
+    if completed_now != completed || now >= triggered + 40 {
+        return Err(format!(
+            "checkpoints completed while the storage refused them ({completed} -> {completed_now}), \
+             or more were triggered than it refuses ({now})"
+        )
+        .into());
+    }
+    let (visible, offsets) = (committed(&out).len(), group_total());
+    if visible != 0 || offsets != 0 {
+        return Err(format!(
+            "no checkpoint completed after the records were read, yet the group's offsets add up to \
+             {offsets} (output visible: {visible} lines): a job started from `committed` would skip them"
+        )
+        .into());
+    }
+    // The storage is back: the next checkpoint completes and commits the output and the offsets.
+    for metadata in &refused {
+        let _ = std::fs::remove_dir(metadata);
+    }
+    wait_for(
+        "a checkpoint after the storage is back",
+        Duration::from_secs(60),
+        || (counts(&cluster).1 > completed).then_some(()),
+    );
+    wait_for("the group's offsets", Duration::from_secs(30), || {
+        (group_total() == 200).then_some(())
+    });
+    if committed(&out).len() != 200 {
+        return Err(format!("{} lines committed, expected 200", committed(&out).len()).into());
     }
     Ok(())
 }
@@ -617,7 +921,7 @@ type Case = fn(&Broker, &Path) -> Result<(), Failed>;
 
 fn main() {
     let args = Arguments::from_args();
-    let cases: [(&str, Case); 9] = [
+    let cases: Vec<(&str, Case)> = vec![
         (
             "bounded_wordcount_through_floe_run",
             bounded_wordcount_through_floe_run,
@@ -631,6 +935,14 @@ fn main() {
             keyed_count_topic_to_topic_exactly_once_across_a_kill,
         ),
         (
+            "exactly_once_runs_of_one_manifest_each_commit_everything",
+            exactly_once_runs_of_one_manifest_each_commit_everything,
+        ),
+        (
+            "restoring_an_older_savepoint_writes_everything_it_replays",
+            restoring_an_older_savepoint_writes_everything_it_replays,
+        ),
+        (
             "new_topics_matching_the_pattern_are_read",
             new_topics_matching_the_pattern_are_read,
         ),
@@ -641,6 +953,10 @@ fn main() {
         (
             "starting_offsets_latest_then_committed",
             starting_offsets_latest_then_committed,
+        ),
+        (
+            "group_offsets_wait_for_the_checkpoint_to_complete",
+            group_offsets_wait_for_the_checkpoint_to_complete,
         ),
         ("bad_input_unknown_topic", bad_input_unknown_topic),
         ("bad_input_unreachable_broker", bad_input_unreachable_broker),

@@ -186,3 +186,49 @@ fn keep_ui_serves_the_ui_after_the_job_until_ctrl_c() {
     assert!(try_http("GET", &address, "/overview").is_none(), "the UI is gone");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 31, item 2: the checkpointed `pipeline` job run twice by `floe run` into one output
+/// directory (a resubmit, or a stateless redeploy: nothing restored) leaves both runs' committed
+/// output, each run's the reference's running counts. Before the part files carried the run's id,
+/// the second run's start deleted every part of the first run its subtasks' names matched.
+#[test]
+fn a_second_run_into_one_directory_keeps_the_first_runs_output() {
+    const RECORDS: u64 = 20_000;
+    let dir = scratch("second-run-same-output");
+    let out = dir.join("out");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: twice }}\nspec:\n  job:\n    name: pipeline\n    \
+             args: [\"--output\", \"{}\", \"--records\", \"{RECORDS}\", \"--rate\", \"20000\"]\n    parallelism: 2\n    \
+             mode: streaming\n  taskManager: {{ replicas: 1, slots: 2 }}\n  configuration:\n    \
+             execution.checkpointing.interval: \"300 ms\"\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    for run in 1..=2 {
+        let stdout = floe_run_ok(&manifest, &dir.join(format!("work{run}"))).unwrap();
+        assert!(stdout.contains(" FINISHED in "), "run {run}: {stdout}");
+    }
+    let mut got = output_lines(&out);
+    got.sort();
+    // Every running count (word, 1..=n) of one run, twice.
+    let mut expected: Vec<(String, u64)> = pipeline_reference(42, RECORDS)
+        .into_iter()
+        .flat_map(|(w, n)| (1..=n).flat_map(move |c| [(w.clone(), c), (w.clone(), c)]))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "committed lines of the two runs (each run's {})",
+        expected.len() / 2
+    );
+    assert!(
+        got == expected,
+        "the two runs' output differs from twice the reference"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

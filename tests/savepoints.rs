@@ -490,55 +490,64 @@ fn a_failed_upgrade_rolls_back_to_the_stable_spec_from_its_savepoint() -> Result
 /// row committed by then is a row of the query's definition. A new deployment from the
 /// savepoint alone (its job storage deleted) runs to the end; both together equal the definition
 /// exactly.
+/// A streaming Nexmark `query` FlinkJob `name` over `events` events at 20,000 a second into
+/// `dir/out`, checkpointing every 500 ms; `extra_job`: more lines of `spec.job`.
+fn nexmark_manifest(dir: &Path, name: &str, query: &str, events: u64, extra_job: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: {name} }}\nspec:\n  job:\n    name: nexmark\n    args: [\"--query\", \"{query}\", \"--events\", \"{events}\", \"--rate\", \"20000\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: streaming\n{extra_job}  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n",
+            dir.join("out").display(),
+            dir.join(format!("storage-{name}")).display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The committed rows under `output`, sorted.
+fn committed_rows(output: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(output) else {
+        return Vec::new();
+    };
+    let mut rows: Vec<String> = entries
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Waits until some rows were committed under `output`.
+fn wait_committed(output: &Path) {
+    let started = Instant::now();
+    while committed_rows(output).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(30), "nothing committed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn windows_stop_without_drain_and_resume() -> Result<(), Failed> {
     const EVENTS: u64 = 200_000;
     let dir = common::scratch("savepoints-windows");
     let output = dir.join("out");
-    let write = |name: &str, extra_job: &str| {
-        let path = dir.join(format!("{name}.yaml"));
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: {name} }}\nspec:\n  job:\n    name: nexmark\n    args: [\"--query\", \"q11\", \"--events\", \"{EVENTS}\", \"--rate\", \"20000\", \"--output\", \"{}\"]\n    parallelism: 2\n    mode: streaming\n{extra_job}  taskManager: {{ replicas: 1, slots: 4 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    execution.checkpointing.interval: \"500 ms\"\n",
-                output.display(),
-                dir.join(format!("storage-{name}")).display(),
-            ),
-        )
-        .unwrap();
-        path
-    };
+    let write = |name: &str, extra_job: &str| nexmark_manifest(&dir, name, "q11", EVENTS, extra_job);
     let events =
         floe_datastream::nexmark::events(&floe_datastream::nexmark::NexmarkConfig::default(), EVENTS);
     let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
-    let committed = || -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(&output) else {
-            return Vec::new();
-        };
-        let mut rows: Vec<String> = entries
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("part-"))
-            .flat_map(|p| {
-                std::fs::read_to_string(p)
-                    .unwrap()
-                    .lines()
-                    .map(String::from)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        rows.sort();
-        rows
-    };
+    let committed = || committed_rows(&output);
     let first = write("first", "");
     let (jm, tm, rest, id) = running(&first, &dir, "jm-1.log");
     // Stop once some sessions were committed, while others are open.
-    let started = Instant::now();
-    while committed().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no session committed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_committed(&output);
     let location = savepoint(&rest, &id, &dir.join("savepoints"), true);
     finished(&rest, &dir.join("jm-1.log"));
     drop((jm, tm));
@@ -570,6 +579,86 @@ fn windows_stop_without_drain_and_resume() -> Result<(), Failed> {
         "q11: {} sessions committed at the stop, all {} after the resume, exactly",
         early.len(),
         all.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Issue 31, item 4 (Flink's `stop --drain`): Nexmark q11 (session windows) stopped with drain
+/// ends event time before the savepoint, so every session open at the stop fires: what is
+/// committed equals the query's definition over exactly the events the sources had read (the
+/// savepoint's source positions tell which). Before drain did anything, the sessions open at the
+/// stop were never committed.
+fn windows_stop_with_drain_fire_every_window() -> Result<(), Failed> {
+    const EVENTS: u64 = 200_000;
+    let dir = common::scratch("savepoints-drain");
+    let output = dir.join("out");
+    let manifest = nexmark_manifest(&dir, "drained", "q11", EVENTS, "");
+    let (jm, tm, rest, id) = running(&manifest, &dir, "jm.log");
+    wait_committed(&output);
+    // Through the command-line client: `floe stop --drain`.
+    let stop = std::process::Command::new(common::FLOE)
+        .args(["stop", &id, "--drain", "--savepoint-path"])
+        .arg(dir.join("savepoints"))
+        .args(["--jobmanager", &format!("http://{rest}")])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&stop.stdout).into_owned();
+    assert!(
+        stop.status.success(),
+        "floe stop --drain: {said}{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let location = said
+        .trim()
+        .rsplit(": ")
+        .next()
+        .unwrap_or_else(|| panic!("no savepoint location in {said:?}"))
+        .to_string();
+    finished(&rest, &dir.join("jm.log"));
+    drop((jm, tm));
+    // Subtask s of the source read events s, s + step, ... below its `next`.
+    let metadata =
+        std::fs::read(Path::new(location.trim_start_matches("file://")).join("_metadata")).unwrap();
+    let text = String::from_utf8_lossy(&metadata);
+    let mut read = Vec::new();
+    for at in text.match_indices("next=").map(|(i, _)| i) {
+        let fields: Vec<u64> = text[at..]
+            .split(['"', '\\'])
+            .next()
+            .unwrap()
+            .split(',')
+            .filter_map(|f| f.split_once('=')?.1.parse().ok())
+            .collect();
+        read.push((fields[0], fields[1]));
+    }
+    assert_eq!(read.len(), 2, "two source positions in {text}");
+    let config = floe_datastream::nexmark::NexmarkConfig::default();
+    let mut numbers: Vec<u64> = read
+        .iter()
+        .flat_map(|&(next, step)| (next % step..next).step_by(step as usize))
+        .collect();
+    numbers.sort();
+    assert!(
+        (numbers.len() as u64) < EVENTS,
+        "the stop came before the end of the input"
+    );
+    let events: Vec<_> = numbers.iter().map(|&n| config.event(n)).collect();
+    let want = floe_datastream::nexmark::reference("q11", &events).unwrap();
+    let got = committed_rows(&output);
+    if got != want {
+        return Err(format!(
+            "drained at {} events: {} sessions committed, the definition over those events has {}",
+            numbers.len(),
+            got.len(),
+            want.len()
+        )
+        .into());
+    }
+    println!(
+        "q11 drained at {} events: all {} sessions committed",
+        numbers.len(),
+        got.len()
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -623,6 +712,10 @@ fn main() {
         Trial::test(
             "event_time_windows_stop_without_drain_and_resume",
             windows_stop_without_drain_and_resume,
+        ),
+        Trial::test(
+            "event_time_windows_stop_with_drain_fire_every_window",
+            windows_stop_with_drain_fire_every_window,
         ),
         Trial::test("hashmap_savepoint_stop_and_restore_2_to_3_exactly_once", || {
             upgrade_through_a_savepoint("hashmap", 2, 3)

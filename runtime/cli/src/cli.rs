@@ -159,6 +159,10 @@ enum Command {
         /// Where the savepoint goes (default: the job's `state.savepoints.dir`).
         #[arg(long = "savepoint-path")]
         savepoint_path: Option<String>,
+        /// End event time before the savepoint (Flink's `stop --drain`): every open event-time
+        /// window and timer fires, and its output is committed; for a job that will not resume.
+        #[arg(long)]
+        drain: bool,
         #[command(flatten)]
         target: ClientArgs,
     },
@@ -427,14 +431,15 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
         Command::Info { job, target } => client_command(&target, |c, o| c.info(&job, o)),
         Command::Cancel { job, target } => client_command(&target, |c, o| c.cancel(&job, o)),
         Command::Savepoint { job, dir, target } => {
-            client_command(&target, |c, o| c.savepoint(&job, dir.as_deref(), false, o))
+            client_command(&target, |c, o| c.savepoint(&job, dir.as_deref(), None, o))
         }
         Command::Stop {
             job,
             savepoint_path,
+            drain,
             target,
         } => client_command(&target, |c, o| {
-            c.savepoint(&job, savepoint_path.as_deref(), true, o)
+            c.savepoint(&job, savepoint_path.as_deref(), Some(drain), o)
         }),
         Command::GenWords { output, mib, seed } => {
             let bytes = mib * 1024 * 1024;

@@ -185,18 +185,23 @@ impl Client {
     }
 
     /// `floe savepoint JOB [DIR]` (`stop`: `floe stop JOB`, a savepoint then the job stops):
-    /// triggers it and waits for its location.
+    /// triggers it and waits for its location. DIR is a URL or a path, as the JobManager takes
+    /// it (a plain path is a local directory); a relative path is made absolute here, against
+    /// the working directory it was typed in, not the JobManager's.
+    /// A savepoint of `job` into `dir`; `stop`: `Some(drain)` stops the job with it (`drain`:
+    /// ending event time first, Flink's `stop --drain`).
     pub fn savepoint(
         &self,
         job: &str,
         dir: Option<&str>,
-        stop: bool,
+        stop: Option<bool>,
         output: Output,
     ) -> anyhow::Result<String> {
-        let (path, body) = if stop {
+        let dir = dir.map(target_directory).transpose()?;
+        let (path, body) = if let Some(drain) = stop {
             (
                 format!("/jobs/{job}/stop"),
-                json!({ "targetDirectory": dir, "drain": false }),
+                json!({ "targetDirectory": dir, "drain": drain }),
             )
         } else {
             (
@@ -211,7 +216,11 @@ impl Client {
             .to_string();
         let started = Instant::now();
         let status = loop {
-            let s = self.ok("GET", &format!("/jobs/{job}/savepoints/{id}"), None)?;
+            let s = self
+                .ok("GET", &format!("/jobs/{job}/savepoints/{id}"), None)
+                .with_context(|| {
+                    format!("savepoint {id} of job {job} was triggered, but its outcome is unknown")
+                })?;
             if s["status"]["id"] == "COMPLETED" {
                 break s;
             }
@@ -238,7 +247,7 @@ impl Client {
                 "{}\n",
                 json!({ "jid": job, "request-id": id, "location": location })
             ),
-            Output::Text if stop => format!("Savepoint completed, job {job} stopped: {location}\n"),
+            Output::Text if stop.is_some() => format!("Savepoint completed, job {job} stopped: {location}\n"),
             Output::Text => format!("Savepoint completed: {location}\n"),
         })
     }
@@ -257,6 +266,16 @@ impl Client {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// A savepoint directory for the JobManager: a URL or an absolute path as given, a relative path
+/// as the `file://` URL of that directory under this process's working directory.
+fn target_directory(dir: &str) -> anyhow::Result<String> {
+    let dir = dir.trim();
+    if dir.is_empty() || dir.contains("://") || dir.starts_with('/') {
+        return Ok(dir.to_string());
+    }
+    floe_datastream::location_url(dir).with_context(|| format!("savepoint directory {dir:?}"))
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -286,6 +305,22 @@ mod tests {
         assert!(e.contains("--jobmanager: expected http://HOST:PORT"), "{e}");
         assert!(Client::new("jm").is_err());
         assert!(Client::new("http://jm:8081/jobs").is_err());
+    }
+
+    #[test]
+    fn a_relative_savepoint_directory_is_taken_here() {
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            target_directory("savepoints/a").unwrap(),
+            format!("file://{}", here.join("savepoints/a").display())
+        );
+        for as_given in [
+            "/data/savepoints",
+            "file:///data/savepoints",
+            "s3://bucket/savepoints",
+        ] {
+            assert_eq!(target_directory(as_given).unwrap(), as_given);
+        }
     }
 
     #[test]

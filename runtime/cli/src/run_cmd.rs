@@ -113,6 +113,40 @@ pub fn preflight(job: &FlinkJob, registry: &floe_datastream::JobRegistry) -> any
 /// How many times `floe run` restarts a JobManager that died, as a Deployment would.
 const JOBMANAGER_RESTARTS: u32 = 3;
 
+/// How long `floe run` keeps the cluster up after the job ended for savepoint outcomes no client
+/// has fetched yet: a `floe stop` ends the job as its savepoint completes, and polls for that
+/// outcome (every 200 ms) at the JobManager this process would otherwise stop at once.
+const SAVEPOINT_OUTCOME_GRACE: Duration = Duration::from_secs(5);
+/// Once the outcomes were fetched: time for the answer to reach the client before the
+/// JobManager goes (it counts as fetched when the answer is made, not when it arrives).
+const ANSWER_DELIVERY: Duration = Duration::from_millis(500);
+
+/// Waits (at most [`SAVEPOINT_OUTCOME_GRACE`]) until no savepoint outcome of the ended job `last`
+/// describes is left unfetched, so the client of a stop with a savepoint learns it.
+async fn await_savepoint_outcomes(
+    client: &mut JobManagerClient<tonic::transport::Channel>,
+    last: &JobStatusResponse,
+) {
+    if last.savepoint_results_unfetched == 0 {
+        return;
+    }
+    let deadline = Instant::now() + SAVEPOINT_OUTCOME_GRACE;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let request = GetJobStatusRequest {
+            job_id: last.job_id.clone(),
+        };
+        match client.get_job_status(request).await {
+            Ok(s) if s.get_ref().savepoint_results_unfetched > 0 => {}
+            Ok(_) => {
+                tokio::time::sleep(ANSWER_DELIVERY).await;
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 /// Runs a manifest on a fresh local cluster and returns how the job ended. The JobManager runs the
 /// job in application mode with an operation log in the work directory; if it dies, it is started
 /// again on the same ports and resumes the job from the log.
@@ -246,6 +280,9 @@ pub async fn run(job: &FlinkJob, work_dir: &Path, keep_ui: bool) -> anyhow::Resu
         // Stdout is read by scripts waiting for the summary above: hand it over now.
         let _ = std::io::stdout().flush();
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    } else {
+        let _ = std::io::stdout().flush();
+        await_savepoint_outcomes(&mut client, &status).await;
     }
     drop(cluster);
     Ok(RunOutcome {

@@ -45,7 +45,7 @@ const GROUP: ArgSpec = ArgSpec::optional(
     "group-id",
     ArgKind::Text,
     None,
-    "consumer group the read offsets are committed to, for monitoring",
+    "consumer group the read offsets are committed to when a checkpoint completes, for monitoring",
 );
 const DISCOVERY: ArgSpec = ArgSpec::optional(
     "partition-discovery-interval-ms",

@@ -9,11 +9,19 @@
 //! of the same transactional id aborts it). So the records of a checkpoint are kept until it
 //! completes, as a write-ahead log in the job's storage named by the checkpoint, and written then
 //! in one transaction that also commits a marker, the checkpoint's id as the offset of a consumer
-//! group of the sink's own (`{prefix}-{subtask}-commits`), atomically with the records. A restore
-//! writes each pending checkpoint whose marker is below its id and skips the others: whatever
-//! moment a process died at, every checkpoint's records become visible once. Readers see them
-//! with `isolation.level=read_committed`, as with Flink, one checkpoint interval after they were
-//! written.
+//! group of the sink's own (`{prefix}-{subtask}-{run}-commits`), atomically with the records. A
+//! restore writes each pending checkpoint whose marker is below its id and skips the others:
+//! whatever moment a process died at, every checkpoint's records become visible once. Readers
+//! see them with `isolation.level=read_committed`, as with Flink, one checkpoint interval after
+//! they were written.
+//!
+//! The marker group is the job run's (`{run}`: the JobManager's job id, kept across restarts and
+//! a JobManager's failover, new with every submission): checkpoint ids count from 1 again in a
+//! new run, and from a savepoint's id in a run started from it, so a marker another run left
+//! must never say this run's checkpoints were written. A restored pending checkpoint carries the
+//! group its own run marked it in. The transactional id stays `{prefix}-{subtask}` across runs:
+//! a new run's producer fences what an earlier run left open, which would otherwise hold every
+//! `read_committed` reader back until the broker's transaction timeout.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,7 +117,7 @@ impl KafkaSinkWriter {
         options.check()?;
         let prefix = options.transactional_id_prefix.clone().unwrap_or_default();
         let transactional_id = format!("{prefix}-{}", ctx.subtask);
-        let marker_group = format!("{transactional_id}-commits");
+        let marker_group = marker_group(&transactional_id, &ctx.job_id);
         let exactly_once = options.guarantee == DeliveryGuarantee::ExactlyOnce;
         let store = if exactly_once && ctx.checkpointing {
             Some(ObjectStore::job_storage(&ctx.configuration)?.ok_or_else(|| {
@@ -392,6 +400,38 @@ impl SinkWriter for KafkaSinkWriter {
             delivery_failure(&producer)
         })
         .await
+    }
+
+    /// Stopped with a savepoint: the checkpoints it and those before it cover are written, and
+    /// nothing after its barrier (no transaction past the last checkpoint, which a resumed job
+    /// would write again).
+    async fn stop(mut self: Box<Self>) -> Result<()> {
+        if !self.exactly_once() {
+            return self.close().await;
+        }
+        if !self.started {
+            self.start().await?;
+        }
+        if !self.batch.is_empty() {
+            tracing::warn!(
+                bytes = self.batch.len(),
+                "Kafka sink: stopped with a savepoint; records after its barrier are not written"
+            );
+        }
+        for p in std::mem::take(&mut self.pending) {
+            self.write_pending(p).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The consumer group whose offset marks the checkpoints the run `run` wrote through
+/// `transactional_id`.
+fn marker_group(transactional_id: &str, run: &str) -> String {
+    if run.is_empty() {
+        format!("{transactional_id}-commits")
+    } else {
+        format!("{transactional_id}-{run}-commits")
     }
 }
 

@@ -1,6 +1,12 @@
 //! The Kafka source: each partition is a split, owned by one subtask, read from an offset the
 //! checkpoint records (Flink's `KafkaSource`; the consumer group's committed offsets are for
-//! monitoring only).
+//! monitoring and for a later job's `committed` starting offsets).
+//!
+//! The group's offsets are committed when a checkpoint completes, not when it is snapshotted
+//! (Flink's `notifyCheckpointComplete`): a checkpoint that fails after this source's snapshot
+//! (a sink's pre-commit, an upload, its metadata) leaves them where the last completed one put
+//! them, so they never run ahead of the output that checkpoint made visible. Each snapshot's
+//! offsets are kept under its checkpoint id until a completion covers it.
 //!
 //! Which subtask owns a partition: the one the checkpoint's position of that partition was dealt
 //! to on a restore; otherwise (a fresh start, or a partition created later) Flink's rule,
@@ -30,6 +36,10 @@ use crate::{error, kafka_error};
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records a poll hands on at most, so barriers and timers get their turn.
 const MAX_BATCH: usize = 2_000;
+/// Snapshots whose offsets wait for their checkpoint to complete, at most (the oldest go first:
+/// a completion commits the newest snapshot it covers, so only a completion of one of those
+/// could have used them).
+const MAX_PENDING_COMMITS: usize = 32;
 
 /// One partition's place in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +99,12 @@ pub struct KafkaSourceReader<T> {
     /// Event time: where each record's timestamp goes, and how far a partition's watermark
     /// trails its largest timestamp.
     timestamps: Option<(floe_datastream::connector::RecordTimestamps, i64)>,
+    /// With a group id: the offsets each checkpoint snapshotted, `(topic, partition, next
+    /// offset)`, committed to the group once that checkpoint (or a later one) completes.
+    pending_commits: BTreeMap<u64, Vec<(String, i32, i64)>>,
+    /// The last commit to the group, in flight off the task's thread (each waits for the one
+    /// before, so an older checkpoint's offsets never land after a newer one's).
+    committing: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl<T> std::fmt::Debug for KafkaSourceReader<T> {
@@ -167,6 +183,8 @@ impl<T: Data> KafkaSourceReader<T> {
             last_discovery: Instant::now(),
             discovery: None,
             pattern,
+            pending_commits: BTreeMap::new(),
+            committing: None,
             timestamps: match (&ctx.timestamps, options.watermark_out_of_orderness) {
                 (Some(t), Some(bound)) => {
                     Some((t.clone(), i64::try_from(bound.as_millis()).unwrap_or(i64::MAX)))
@@ -339,6 +357,26 @@ impl<T: Data> KafkaSourceReader<T> {
         Ok(true)
     }
 
+    /// Where each owned partition continues from: the restored positions until the reader
+    /// started, then the partitions it reads.
+    fn current_positions(&self) -> Vec<Position> {
+        if !self.started
+            && let Some(restored) = &self.restored
+        {
+            return restored.clone();
+        }
+        self.owned
+            .iter()
+            .map(|((topic, partition), o)| Position {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: o.next,
+                stop: o.stop,
+                known: self.known.clone(),
+            })
+            .collect()
+    }
+
     fn assign(&self) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
         for ((topic, partition), o) in &self.owned {
@@ -480,40 +518,79 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
     }
 
     fn positions(&self) -> Vec<String> {
-        if !self.started
-            && let Some(restored) = &self.restored
-        {
-            return restored
-                .iter()
-                .map(|p| serde_json::to_string(p).unwrap_or_default())
-                .collect();
-        }
-        let positions: Vec<String> = self
-            .owned
+        self.current_positions()
             .iter()
-            .map(|((topic, partition), o)| {
-                serde_json::to_string(&Position {
-                    topic: topic.clone(),
-                    partition: *partition,
-                    offset: o.next,
-                    stop: o.stop,
-                    known: self.known.clone(),
-                })
-                .unwrap_or_default()
-            })
-            .collect();
-        // The group's offsets, for monitoring (lag in Kafka's tools); restores use the checkpoint.
-        if self.options.group_id.is_some() && !self.owned.is_empty() {
-            let mut tpl = TopicPartitionList::new();
-            for ((topic, partition), o) in &self.owned {
-                let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(o.next));
-            }
-            if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
-                tracing::debug!("Kafka source: committing offsets for monitoring: {e}");
+            .map(|p| serde_json::to_string(p).unwrap_or_default())
+            .collect()
+    }
+
+    /// The positions, and with a group id the offsets to commit once `checkpoint` completes.
+    fn snapshot_state(&mut self, checkpoint: u64) -> Vec<String> {
+        let positions = self.current_positions();
+        if self.options.group_id.is_some() && !positions.is_empty() {
+            let offsets = positions
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition, p.offset))
+                .collect();
+            self.pending_commits.insert(checkpoint, offsets);
+            while self.pending_commits.len() > MAX_PENDING_COMMITS {
+                self.pending_commits.pop_first();
             }
         }
         positions
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap_or_default())
+            .collect()
     }
+
+    /// Commits to the group the offsets of the newest snapshot `checkpoint` covers (its own, or
+    /// an earlier one's when this reader took none for it) and forgets every snapshot up to it.
+    /// The commit runs off the task's thread; a failed one is logged (the offsets are for
+    /// monitoring and `committed` starts; the checkpoint holds the positions restores use).
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        let Some(offsets) = take_covered(&mut self.pending_commits, checkpoint) else {
+            return Ok(());
+        };
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition, offset) in &offsets {
+            tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(kafka_error)?;
+        }
+        let consumer = self.consumer.clone();
+        let previous = self.committing.take();
+        let subtask = self.subtask;
+        self.committing = Some(tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.await;
+            }
+            let committed =
+                tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync)).await;
+            match committed {
+                Ok(Ok(())) => {
+                    tracing::debug!(
+                        subtask,
+                        checkpoint,
+                        "Kafka source: offsets committed to the group"
+                    )
+                }
+                Ok(Err(e)) => tracing::warn!(
+                    subtask,
+                    checkpoint,
+                    "Kafka source: committing the offsets of a completed checkpoint to the group: {e}"
+                ),
+                Err(e) => tracing::warn!(subtask, checkpoint, "Kafka source: committing offsets: {e}"),
+            }
+        }));
+        Ok(())
+    }
+}
+
+/// What a completion of `checkpoint` commits: the newest snapshot up to it; that one and every
+/// older one are dropped, later ones kept for their own completions.
+fn take_covered<V>(pending: &mut BTreeMap<u64, V>, checkpoint: u64) -> Option<V> {
+    let later = pending.split_off(&checkpoint.saturating_add(1));
+    let covered = std::mem::replace(pending, later);
+    covered.into_iter().next_back().map(|(_, v)| v)
 }
 
 /// Partitions per topic now: the named topics (each must exist) or those the pattern matches.
@@ -612,6 +689,7 @@ mod tests {
             ..SourceOptions::new("127.0.0.1:1", Subscription::Topics(vec!["t".into()]))
         });
         let ctx = ConnectorContext {
+            job_id: String::new(),
             subtask: 0,
             parallelism: 1,
             attempt: 0,
@@ -644,6 +722,20 @@ mod tests {
         // Without event time the source gives no watermark.
         reader.timestamps = None;
         assert_eq!(reader.watermark(), None);
+    }
+
+    #[test]
+    fn a_completion_commits_the_newest_snapshot_it_covers_and_drops_older_ones() {
+        let mut pending: BTreeMap<u64, &str> = BTreeMap::from([(3, "c3"), (4, "c4"), (6, "c6")]);
+        // Nothing snapshotted up to 2: nothing to commit, nothing dropped.
+        assert_eq!(take_covered(&mut pending, 2), None);
+        assert_eq!(pending.len(), 3);
+        // 5 completed (this reader took no snapshot for it): 4's offsets, 3's dropped with them.
+        assert_eq!(take_covered(&mut pending, 5), Some("c4"));
+        assert_eq!(pending, BTreeMap::from([(6, "c6")]));
+        assert_eq!(take_covered(&mut pending, 6), Some("c6"));
+        assert!(pending.is_empty());
+        assert_eq!(take_covered(&mut pending, u64::MAX), None);
     }
 
     #[test]

@@ -107,6 +107,18 @@ impl CheckpointConfig {
 /// task has at most one keyed operator).
 pub(crate) const KEYED_STATE: &str = "keyed";
 
+/// The bit a stop-with-savepoint barrier (no drain: Flink's synchronous savepoint) carries in its
+/// id on the wire. A task that takes it is stopped: nothing after it is emitted or committed (no
+/// processing-time timer fires, no operator finishes, a sink commits only what the savepoint and
+/// the checkpoints before it cover), because the job resumed from the savepoint produces exactly
+/// that rest. The shuffle aligns it like any barrier; checkpoint ids never come near 2^63.
+pub const STOP_BARRIER: u64 = 1 << 63;
+
+/// A barrier's checkpoint id and whether it stops the job (see [`STOP_BARRIER`]).
+pub fn barrier_of(wire: u64) -> (u64, bool) {
+    (wire & !STOP_BARRIER, wire & STOP_BARRIER != 0)
+}
+
 /// What the TaskManager tells a running task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -114,7 +126,10 @@ pub enum Control {
     Trigger(u64),
     /// Sources: inject the barrier of this savepoint, then end the input (stop with a savepoint):
     /// the source finishes once the savepoint completed, and everything downstream after it.
-    Stop(u64),
+    /// `drain` (Flink's `stop --drain`): the source first ends event time (the MAX watermark), so
+    /// every event-time window and timer fires before the barrier and its output is part of
+    /// what the savepoint covers; without it the barrier is a stop barrier ([`STOP_BARRIER`]).
+    Stop { checkpoint: u64, drain: bool },
     /// This checkpoint completed: sinks commit what it covers.
     Complete(u64),
 }

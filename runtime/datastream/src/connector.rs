@@ -1,8 +1,8 @@
 //! What a connector crate (Kafka, in `floe-connector-kafka`) plugs into: a source reader that emits
-//! records and says where each of its splits is (the position a checkpoint records and a restore,
-//! rescaled or not, deals out again), and a sink writer that gets records as encoded frames and
-//! takes part in checkpoints (pre-commit at the barrier, commit when the checkpoint completes), as
-//! the built-in file source and sink do.
+//! records, says where each of its splits is (the position a checkpoint records and a restore,
+//! rescaled or not, deals out again) and hears when a checkpoint completed, and a sink writer that
+//! gets records as encoded frames and takes part in checkpoints (pre-commit at the barrier, commit
+//! when the checkpoint completes), as the built-in file source and sink do.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
@@ -23,6 +23,9 @@ pub type Encoder<T> = Arc<dyn Fn(&T, &mut Vec<u8>) + Send + Sync>;
 /// The subtask a source reader or sink writer runs as.
 #[derive(Debug, Clone)]
 pub struct ConnectorContext {
+    /// The job run (see [`crate::TaskContext::job_id`]): what a sink's commit markers are scoped
+    /// to, so the checkpoint ids of another run (which start again at 1) never read as written.
+    pub job_id: String,
     pub subtask: u32,
     pub parallelism: u32,
     /// The execution attempt (0 first; a restart counts up).
@@ -70,6 +73,7 @@ impl Default for RecordTimestamps {
 impl ConnectorContext {
     fn of(ctx: &OpContext, sink: bool) -> Self {
         ConnectorContext {
+            job_id: ctx.job_id.clone(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             attempt: ctx.attempt,
@@ -102,6 +106,22 @@ pub trait SourceReader<T>: Send {
     fn watermark(&self) -> Option<i64> {
         None
     }
+    /// The positions checkpoint `checkpoint` records (Flink's `snapshotState(checkpointId)`): by
+    /// default [`SourceReader::positions`]. A reader that acts once the checkpoint completes
+    /// (commits offsets to an external system) remembers here what it snapshotted for it.
+    fn snapshot_state(&mut self, checkpoint: u64) -> Vec<String> {
+        let _ = checkpoint;
+        self.positions()
+    }
+    /// Checkpoint `checkpoint` completed (Flink's `notifyCheckpointComplete`): everything up to
+    /// its snapshot is durable, so what the reader snapshotted for it (and for any earlier
+    /// checkpoint, which a completion also covers: a notification may be skipped) may be made
+    /// visible outside, e.g. offsets committed to a consumer group. Never before: a checkpoint
+    /// that is snapshotted may still fail. Default: nothing.
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
 }
 
 struct ReaderSource<R, T> {
@@ -132,6 +152,17 @@ impl<T: Data, R: SourceReader<T>> crate::io::Source<T> for ReaderSource<R, T> {
 
     fn watermark(&self) -> Option<i64> {
         self.reader.watermark()
+    }
+
+    fn snapshot(&mut self, checkpoint: u64) -> String {
+        match self.reader.snapshot_state(checkpoint).as_slice() {
+            [one] => one.clone(),
+            many => serde_json::to_string(many).unwrap_or_default(),
+        }
+    }
+
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        self.reader.notify_checkpoint_complete(checkpoint).await
     }
 }
 

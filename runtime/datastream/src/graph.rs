@@ -454,6 +454,7 @@ impl BuiltJob {
         )?;
         let (max_parallelism, key_groups) = self.key_groups(vertex, ctx.subtask, ctx.parallelism);
         let op_ctx = OpContext {
+            job_id: ctx.job_id.clone(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             attempt: ctx.attempt,

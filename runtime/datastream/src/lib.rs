@@ -39,7 +39,7 @@ pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
-pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word};
+pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word, location_url};
 pub use jobs::{
     ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,
 };

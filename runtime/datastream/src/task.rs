@@ -28,6 +28,11 @@ pub(crate) use crate::writer::{KeyHasher, OutputRoute, RecordWriter, WriterSetup
 /// What a TaskManager gives a task: which subtask it is and its shuffle endpoints.
 #[derive(Default)]
 pub struct TaskContext {
+    /// The JobManager's id of the job run this task belongs to: new with every submission (a
+    /// redeploy, a resubmit, a start from a savepoint), kept across restarts and a JobManager's
+    /// failover. Sinks scope what they write and clean up to it, so two runs never touch each
+    /// other's output (empty: a test harness's single run).
+    pub job_id: String,
     pub subtask: u32,
     pub parallelism: u32,
     pub attempt: u64,
@@ -55,6 +60,7 @@ pub struct TaskContext {
 impl std::fmt::Debug for TaskContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskContext")
+            .field("job_id", &self.job_id)
             .field("subtask", &self.subtask)
             .field("parallelism", &self.parallelism)
             .field("attempt", &self.attempt)
@@ -163,6 +169,12 @@ pub(crate) trait Head: Send {
     /// The chain's snapshot (and a source's position) at a barrier, between batches.
     fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
     fn failure(&mut self) -> Option<String>;
+    /// Checkpoint `checkpoint` completed: a source acts on what it snapshotted for it (and for
+    /// earlier ones), e.g. commits its offsets.
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
 }
 
 pub(crate) struct InputHead<T> {
@@ -355,12 +367,16 @@ impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
     }
 
     fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
-        out.source = Some(self.source.position());
+        out.source = Some(self.source.snapshot(checkpoint));
         self.chain.snapshot(checkpoint, out)
     }
 
     fn failure(&mut self) -> Option<String> {
         self.chain.failure()
+    }
+
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        self.source.notify_checkpoint_complete(checkpoint).await
     }
 }
 
@@ -478,8 +494,9 @@ impl Running {
     }
 
     /// Barrier `id`: everything before it goes out, the chain's state and the sink's pending part
-    /// are fixed, the barrier goes downstream, and the snapshot to the TaskManager for upload.
-    async fn checkpoint(&mut self, id: u64) -> Result<()> {
+    /// are fixed, the barrier goes downstream (a stop barrier with `stop`, see
+    /// [`crate::checkpoint::STOP_BARRIER`]), and the snapshot to the TaskManager for upload.
+    async fn checkpoint(&mut self, id: u64, stop: bool) -> Result<()> {
         self.flush(true).await?;
         let mut snapshot = ChainSnapshot {
             checkpoint: id,
@@ -492,8 +509,13 @@ impl Running {
         if let Some(sink) = self.sink.as_mut() {
             snapshot.sink = sink.pre_commit(id).await?;
         }
+        let wire = if stop {
+            id | crate::checkpoint::STOP_BARRIER
+        } else {
+            id
+        };
         for w in &mut self.outputs {
-            self.metrics.waiting(Wait::Output, w.emit_barrier(id)).await?;
+            self.metrics.waiting(Wait::Output, w.emit_barrier(wire)).await?;
         }
         if let Some(tx) = &self.checkpoints.snapshots {
             let _ = tx.send(snapshot);
@@ -512,14 +534,13 @@ impl Running {
         }
         loop {
             match self.checkpoints.recv().await {
-                Control::Trigger(id) | Control::Stop(id) => {
-                    self.checkpoint(id).await?;
+                // The input really ended: a stop's barrier is a plain one now.
+                Control::Trigger(id) | Control::Stop { checkpoint: id, .. } => {
+                    self.checkpoint(id, false).await?;
                     taken = Some(id);
                 }
                 Control::Complete(id) => {
-                    if let Some(sink) = self.sink.as_mut() {
-                        sink.commit(id).await?;
-                    }
+                    self.complete(id).await?;
                     if taken.is_some_and(|t| id >= t) {
                         return Ok(());
                     }
@@ -530,14 +551,22 @@ impl Running {
 
     async fn control(&mut self, control: Control, is_source: bool) -> Result<()> {
         match control {
-            Control::Trigger(id) | Control::Stop(id) if is_source => self.checkpoint(id).await,
+            Control::Trigger(id) | Control::Stop { checkpoint: id, .. } if is_source => {
+                self.checkpoint(id, false).await
+            }
             // Barriers reach other tasks through their inputs.
-            Control::Trigger(_) | Control::Stop(_) => Ok(()),
-            Control::Complete(id) => match self.sink.as_mut() {
-                Some(sink) => sink.commit(id).await,
-                None => Ok(()),
-            },
+            Control::Trigger(_) | Control::Stop { .. } => Ok(()),
+            Control::Complete(id) => self.complete(id).await,
         }
+    }
+
+    /// Checkpoint `id` completed: the sink commits what it pre-committed, then a source acts on
+    /// what it snapshotted (Flink's `notifyCheckpointComplete`, never at the snapshot itself).
+    async fn complete(&mut self, id: u64) -> Result<()> {
+        if let Some(sink) = self.sink.as_mut() {
+            sink.commit(id).await?;
+        }
+        self.head.notify_checkpoint_complete(id).await
     }
 }
 
@@ -578,11 +607,33 @@ impl Task {
         let is_source = input.is_none();
         // Stop with a savepoint: the source's input ends at the savepoint's barrier.
         let mut stopped_at = None;
+        // Stopped without drain (this source's stop, or a stop barrier taken from the input):
+        // nothing after the barrier is emitted or committed (see `STOP_BARRIER`).
+        let mut stopped = false;
+        // Drained: the chain finished before the barrier.
+        let mut finished = false;
         match input {
             None => 'read: loop {
                 while let Some(control) = task.checkpoints.try_recv() {
-                    if let Control::Stop(id) = control {
-                        task.checkpoint(id).await?;
+                    if let Control::Stop {
+                        checkpoint: id,
+                        drain,
+                    } = control
+                    {
+                        if drain {
+                            // Flink's `stop --drain`: event time ends and the chain finishes
+                            // before the barrier, so what that fires is in the savepoint.
+                            if time.is_some() {
+                                task.head
+                                    .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
+                            }
+                            task.head.finish();
+                            task.flush(true).await?;
+                            finished = true;
+                        } else {
+                            stopped = true;
+                        }
+                        task.checkpoint(id, stopped).await?;
                         stopped_at = Some(id);
                         break 'read;
                     }
@@ -633,7 +684,10 @@ impl Task {
                                 last_flush = Instant::now();
                             }
                             _ = time_tick => {
-                                task.tick().await?;
+                                // Stopped: no processing-time timer fires after the savepoint.
+                                if !stopped {
+                                    task.tick().await?;
+                                }
                                 last_tick = Instant::now();
                             }
                         }
@@ -641,7 +695,16 @@ impl Task {
                 };
                 match item {
                     None => break,
-                    Some(GateItem::Barrier(id)) => task.checkpoint(id).await?,
+                    Some(GateItem::Barrier(wire)) => {
+                        let (id, stop) = crate::checkpoint::barrier_of(wire);
+                        task.checkpoint(id, stop).await?;
+                        stopped |= stop;
+                    }
+                    // Upstream stopped at the same barrier: nothing follows it; were anything
+                    // to, it is the resumed job's to produce.
+                    Some(GateItem::Buffer { .. }) if stopped => {
+                        tracing::warn!(vertex, "input after a stop-with-savepoint barrier dropped");
+                    }
                     Some(GateItem::Buffer { channel, data }) => {
                         task.head.push_buffer(channel, &data)?;
                         if tick_due(last_tick) {
@@ -666,8 +729,10 @@ impl Task {
             task.head
                 .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
         }
-        task.head.finish();
-        task.flush(true).await?;
+        if !stopped && !finished {
+            task.head.finish();
+            task.flush(true).await?;
+        }
         if is_source {
             task.final_checkpoint(stopped_at).await?;
         }
@@ -677,7 +742,11 @@ impl Task {
             stats.push(w.finish().await?);
         }
         if let Some(s) = sink {
-            s.close().await?;
+            if stopped {
+                s.stop().await?;
+            } else {
+                s.close().await?;
+            }
         }
         tracing::debug!(vertex, "task finished");
         Ok(stats)

@@ -98,7 +98,7 @@ impl JobManager {
             String,
             u64,
             Vec<(String, AttemptId)>,
-            bool,
+            (bool, bool),
             Option<CheckpointStore>,
         );
         let mut actions = Vec::new();
@@ -110,12 +110,12 @@ impl JobManager {
                 actions.extend(job.master.check_savepoint(now));
                 let t = job.master.trigger_checkpoint(now)?;
                 let store = checkpoint_store(&job.master.args.configuration).ok();
-                Some((job.master.id.clone(), t.id, t.sources, t.stop, store))
+                Some((job.master.id.clone(), t.id, t.sources, (t.stop, t.drain), store))
             })
             .collect();
         self.perform(actions);
         let holder = format!("leader epoch {}", self.leader_epoch());
-        for (job_id, checkpoint, sources, stop, store) in triggers {
+        for (job_id, checkpoint, sources, (stop, drain), store) in triggers {
             let this = self.clone();
             let holder = holder.clone();
             tokio::spawn(async move {
@@ -138,19 +138,20 @@ impl JobManager {
                     return;
                 }
                 for (address, id) in sources {
-                    this.send_trigger(address, id, checkpoint, stop);
+                    this.send_trigger(address, id, checkpoint, stop, drain);
                 }
             });
         }
     }
 
-    fn send_trigger(&self, address: String, id: AttemptId, checkpoint: u64, stop: bool) {
+    fn send_trigger(&self, address: String, id: AttemptId, checkpoint: u64, stop: bool, drain: bool) {
         let this = self.clone();
         tokio::spawn(async move {
             let request = pb::TriggerCheckpointRequest {
                 id: Some(attempt_to_proto(&id)),
                 checkpoint,
                 stop,
+                drain,
             };
             let sent = match this.client(&address).await {
                 Ok(mut c) => c

@@ -57,6 +57,9 @@ pub struct JobCheckpoints {
     pub savepoint_aborted: Option<String>,
     /// The recent checkpoints, for the REST API and the web UI.
     pub history: CheckpointHistory,
+    /// Checkpoint ids start above this: the highest id other jobs of this job's lineage completed
+    /// (a savepoint's id + 1 alone would repeat theirs).
+    pub id_floor: u64,
 }
 
 impl JobCheckpoints {
@@ -77,6 +80,7 @@ impl JobCheckpoints {
             savepoint_checkpoint: None,
             savepoint_aborted: None,
             history: CheckpointHistory::default(),
+            id_floor: 0,
         }
     }
 
@@ -109,7 +113,7 @@ impl JobCheckpoints {
         sources: Vec<String>,
         latest: Option<CompletedCheckpoint>,
     ) {
-        let next_id = latest.as_ref().map_or(1, |c| c.id + 1);
+        let next_id = latest.as_ref().map_or(1, |c| c.id + 1).max(self.id_floor + 1);
         self.coordinator =
             CheckpointCoordinator::new(job_id, tasks, sources, self.config.num_retained, next_id);
         if let Some(c) = latest {
@@ -372,6 +376,41 @@ mod tests {
         TaskSnapshot {
             files: files.iter().map(|f| f.to_string()).collect(),
             ..TaskSnapshot::default()
+        }
+    }
+
+    /// Issue 31, item 1: ids start above the lineage's floor, from nothing or from a savepoint
+    /// older than it; above the savepoint when it is newer.
+    #[test]
+    fn checkpoint_ids_start_above_the_lineages_floor() {
+        let tasks = vec!["source#0".to_string()];
+        let savepoint = |id| CompletedCheckpoint {
+            job_id: "old".into(),
+            id,
+            triggered_ms: 0,
+            completed_ms: 0,
+            tasks: Default::default(),
+            max_parallelism: Default::default(),
+        };
+        for (latest, floor, first) in [
+            (None, 0, 1),
+            (None, 12, 13),
+            (Some(3), 12, 13),
+            (Some(20), 12, 21),
+        ] {
+            let mut c = JobCheckpoints::new("j", config(), tasks.clone(), tasks.clone());
+            c.id_floor = floor;
+            match latest {
+                Some(id) => {
+                    c.resume_from_savepoint("j", tasks.clone(), tasks.clone(), savepoint(id), "sp".into())
+                }
+                None => c.resume_from("j", tasks.clone(), tasks.clone(), None),
+            }
+            assert_eq!(
+                c.maybe_trigger(0, true, &[]).map(|t| t.0),
+                Some(first),
+                "from {latest:?} above {floor}"
+            );
         }
     }
 

@@ -188,6 +188,32 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
     jobs
 }
 
+/// The FlinkJob uid a deployment (`{uid}/{generation}...`) belongs to; `None` for a job submitted
+/// without one.
+fn uid_of(deployment: &str) -> Option<&str> {
+    deployment
+        .split_once('/')
+        .map(|(u, _)| u)
+        .filter(|u| !u.is_empty())
+}
+
+/// The highest checkpoint id any job of the lineage of `deployment` (the jobs of its FlinkJob uid)
+/// other than `except` completed, as the log tells; 0 without one. A job continues its checkpoint
+/// ids above it: ids never repeat across the redeploys, upgrades and savepoint restores of one
+/// FlinkJob, so nothing keyed by a checkpoint id (a sink's commit marker, a checkpoint's
+/// directory) can take one run's checkpoint for another's, even one started from a savepoint
+/// older than checkpoints its predecessors completed.
+pub fn lineage_checkpoint_floor(jobs: &[LoggedJob], deployment: &str, except: &str) -> u64 {
+    let Some(uid) = uid_of(deployment) else {
+        return 0;
+    };
+    jobs.iter()
+        .filter(|j| j.id != except && uid_of(&j.deployment) == Some(uid))
+        .flat_map(|j| j.checkpoints.iter().copied())
+        .max()
+        .unwrap_or(0)
+}
+
 /// What to run: the job of the manifest, and which deployment of the FlinkJob this is.
 #[derive(Debug, Clone)]
 pub struct Application {
@@ -258,7 +284,13 @@ pub async fn resume(
                 },
             );
         } else {
-            jm.submit_resumed(j.args.clone(), j.id.clone(), j.checkpoints.clone(), &j.decisions)?;
+            jm.submit_resumed(
+                j.args.clone(),
+                j.id.clone(),
+                j.checkpoints.clone(),
+                &j.decisions,
+                lineage_checkpoint_floor(&logged, &j.deployment, &j.id),
+            )?;
             // Finished executions are reused only for the graph they ran in.
             let now: BTreeMap<u32, (String, u32)> = jm
                 .vertex_parallelism(&j.id)
@@ -299,11 +331,10 @@ pub async fn resume(
         let recovery_set = [crate::job::RECOVERY_PATH_KEY, "execution.savepoint.path"]
             .iter()
             .any(|k| app.job.configuration.contains_key(*k));
-        let uid = |deployment: &str| deployment.split_once('/').map(|(u, _)| u.to_string());
         let predecessor = logged
             .iter()
             .rev()
-            .find(|j| uid(&j.deployment) == uid(&app.deployment));
+            .find(|j| uid_of(&j.deployment) == uid_of(&app.deployment));
         let start_from = match (recovery_set, predecessor) {
             (true, _) => None,
             (false, Some(previous)) if app.last_state => {
@@ -349,7 +380,8 @@ pub async fn resume(
                 }),
         );
         log.append(&events).await?;
-        jm.submit_with_id(app.job, id)?;
+        let floor = lineage_checkpoint_floor(&logged, &app.deployment, &id);
+        jm.submit_resumed(app.job, id, Vec::new(), &[], floor)?;
     }
     jm.attach_log(log, known).await;
     Ok(())
@@ -425,6 +457,49 @@ pub(crate) fn status_events(jm: &JobManager, logged: &BTreeMap<String, String>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 31, item 1: a job of a FlinkJob continues checkpoint ids above every id another job
+    /// of the same FlinkJob (uid) completed, whatever deployment or savepoint it starts from.
+    #[test]
+    fn checkpoint_ids_continue_across_a_flinkjobs_deployments() {
+        let submitted = |id: &str, deployment: &str| Event::JobSubmitted {
+            job_id: id.into(),
+            name: "pipeline".into(),
+            args: vec![],
+            configuration: BTreeMap::new(),
+            deployment: deployment.into(),
+            time_ms: 1,
+        };
+        let completed = |id: &str, checkpoint| Event::CheckpointCompleted {
+            job_id: id.into(),
+            checkpoint,
+            time_ms: 2,
+        };
+        let jobs = jobs_of(&[
+            submitted("a", "uid1/1#x"),
+            completed("a", 5),
+            completed("a", 9),
+            submitted("b", "uid1/2@file:///sp/savepoint-3#y"),
+            completed("b", 12),
+            submitted("other", "uid2/1#x"),
+            completed("other", 40),
+            submitted("plain", ""),
+            completed("plain", 70),
+        ]);
+        // A third deployment of uid1, from a savepoint older than both: above 12.
+        assert_eq!(
+            lineage_checkpoint_floor(&jobs, "uid1/3@file:///sp/savepoint-3#z", "new"),
+            12
+        );
+        // Job b, resumed by a JobManager that took over: above what a completed, not its own 12.
+        assert_eq!(
+            lineage_checkpoint_floor(&jobs, "uid1/2@file:///sp/savepoint-3#y", "b"),
+            9
+        );
+        assert_eq!(lineage_checkpoint_floor(&jobs, "uid2/1#x", "new"), 40);
+        // No FlinkJob, no lineage.
+        assert_eq!(lineage_checkpoint_floor(&jobs, "", "new"), 0);
+    }
 
     #[test]
     fn the_last_status_of_each_job_wins() {

@@ -230,6 +230,7 @@ impl TaskManager {
             None => (None, None),
         };
         let mut ctx = TaskContext {
+            job_id: id.job_id.clone(),
             subtask: id.subtask,
             parallelism,
             attempt: id.attempt,

@@ -48,7 +48,10 @@ impl TaskExecutor for TaskManager {
         let id =
             r.id.ok_or_else(|| Status::invalid_argument("id: missing execution attempt id"))?;
         let control = match r.stop {
-            true => Control::Stop(r.checkpoint),
+            true => Control::Stop {
+                checkpoint: r.checkpoint,
+                drain: r.drain,
+            },
             false => Control::Trigger(r.checkpoint),
         };
         let sent = lock(&self.inner.tasks)

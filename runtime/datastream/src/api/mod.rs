@@ -824,10 +824,11 @@ impl<T: Data> DataStream<T> {
     }
 
     /// One part file per subtask under `url` (a directory): written as
-    /// `.part-{subtask}-{attempt}.inprogress`, renamed to `part-{subtask}` when the subtask finishes.
+    /// `.part-{run}-{subtask}-{attempt}.inprogress`, renamed to `part-{run}-{subtask}` when the
+    /// subtask finishes (`{run}`: the job run's id; other runs' files are never touched).
     /// With checkpointing (STREAMING and `execution.checkpointing.interval`) it is exactly-once: a
-    /// part file per subtask and checkpoint, `.part-{subtask}-{n}-{writer}.inprogress` until the
-    /// checkpoint that covers it completes, then `part-{subtask}-{n}-{writer}` (`{writer}` is unique
+    /// part file per subtask and checkpoint, `.part-{run}-{subtask}-{n}-{writer}.inprogress` until the
+    /// checkpoint that covers it completes, then `part-{run}-{subtask}-{n}-{writer}` (`{writer}` is unique
     /// per attempt, so two attempts never touch each other's files); a restore removes what the
     /// restored checkpoint does not cover. Lines are the records' text form (tuples TAB-separated).
     pub fn sink_to_file(&self, url: &str) -> DataStreamSink {

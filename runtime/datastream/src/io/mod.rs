@@ -52,22 +52,29 @@ pub(crate) fn check_location(url: &str) -> Result<()> {
     }
 }
 
+/// The object-storage URL of a location as Floe's location arguments take it (Flink's paths): a URL
+/// as it is (`s3a://` as `s3://`), a plain path as a local file: `/data/out` is `file:///data/out`,
+/// a relative one is taken against this process's working directory.
+pub fn location_url(location: &str) -> Result<String> {
+    Ok(match location.split_once("://") {
+        Some(("s3a", rest)) => format!("s3://{rest}"),
+        Some(_) => location.to_string(),
+        None => {
+            let absolute = if location.starts_with('/') {
+                std::path::PathBuf::from(location)
+            } else {
+                std::env::current_dir()?.join(location)
+            };
+            format!("file://{}", absolute.display())
+        }
+    })
+}
+
 /// Opens `s3://bucket/prefix`, `file:///path` or a plain (absolute or relative) path, through the one
 /// object-storage wrapper (`floe-storage`: endpoint and keys from configuration or the environment).
 pub(crate) fn locate(url: &str, conf: &BTreeMap<String, String>) -> Result<Location> {
     check_location(url)?;
-    let storage_url = if let Some(rest) = url.strip_prefix("s3a://") {
-        format!("s3://{rest}")
-    } else if url.starts_with("s3://") || url.starts_with("file://") {
-        url.to_string()
-    } else {
-        let absolute = if url.starts_with('/') {
-            std::path::PathBuf::from(url)
-        } else {
-            std::env::current_dir()?.join(url)
-        };
-        format!("file://{}", absolute.display())
-    };
+    let storage_url = location_url(url)?;
     let store = floe_storage::ObjectStore::open(&storage_url, conf)?;
     let (op, path) = store.raw("");
     Ok(Location {
@@ -132,6 +139,17 @@ pub(crate) trait Source<T>: Send {
     /// generation): no record it emits later has a smaller timestamp. `None`: it does not know.
     fn watermark(&self) -> Option<i64> {
         None
+    }
+    /// The position checkpoint `checkpoint` records: [`Source::position`], unless the source
+    /// remembers what it snapshotted for the checkpoint's completion.
+    fn snapshot(&mut self, checkpoint: u64) -> String {
+        let _ = checkpoint;
+        self.position()
+    }
+    /// Checkpoint `checkpoint` (and every earlier one) completed.
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
     }
 }
 
@@ -215,6 +233,26 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
     /// holds nothing back).
     fn watermark(&self) -> Option<i64> {
         self.sources.iter().map(|s| s.watermark()).min().flatten()
+    }
+
+    fn snapshot(&mut self, checkpoint: u64) -> String {
+        match self.sources.as_mut_slice() {
+            [one] => one.snapshot(checkpoint),
+            many => serde_json::to_string(
+                &many
+                    .iter_mut()
+                    .map(|s| s.snapshot(checkpoint))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or_default(),
+        }
+    }
+
+    async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
+        for s in &mut self.sources {
+            s.notify_checkpoint_complete(checkpoint).await?;
+        }
+        Ok(())
     }
 }
 

@@ -142,6 +142,12 @@ pub trait SinkIo: Send {
     }
     /// Makes the output visible (commit); only called after all input was processed.
     async fn close(self: Box<Self>) -> Result<()>;
+    /// The job stopped with a savepoint (no drain) and the savepoint completed: commit what it and
+    /// the checkpoints before it cover, and nothing else (the job resumed from the savepoint
+    /// produces the rest). A sink that commits nothing per checkpoint just closes.
+    async fn stop(self: Box<Self>) -> Result<()> {
+        self.close().await
+    }
 }
 
 /// What a checkpointing file sink records per checkpoint: the parts written up to the barrier
@@ -152,9 +158,12 @@ pub(crate) struct FileSinkState {
     /// and `.inprogress` of their in-progress names.
     pub pending: Vec<String>,
     pub next_part: u64,
-    /// The lineage the parts are numbered in (their `part-{lineage}-` prefix): the subtask index,
-    /// or `{subtask}c{checkpoint}` for a subtask a rescale from that checkpoint added. Numbers
-    /// are unique within a lineage, so a restore deletes exactly its lineage's parts after it.
+    /// The lineage the parts are numbered in (their `part-{lineage}-` prefix): `{run}-{subtask}`,
+    /// or `{run}-{subtask}c{checkpoint}` for a subtask a rescale from that checkpoint added, where
+    /// `{run}` is the job run that started the lineage (see [`FileSinkIo::run_prefix`]). Numbers
+    /// are unique within a lineage, so a restore deletes exactly its lineage's parts after it, and
+    /// only a restore within the same run deletes anything: another run's committed output is
+    /// never touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<String>,
     /// Lineages this sink took over from other subtasks in a rescale and numbers no parts in: their
@@ -163,15 +172,19 @@ pub(crate) struct FileSinkState {
     pub taken_over: Vec<String>,
 }
 
-/// `sink_to_file`. Without checkpointing: `.part-{subtask}-{attempt}.inprogress`, renamed to
-/// `part-{subtask}` on success. With checkpointing: one part per checkpoint interval,
-/// `.part-{subtask}-{n}-{writer}.inprogress`, renamed to `part-{subtask}-{n}-{writer}` when the
-/// checkpoint covering it completes (or at end of input). `{writer}` is unique to this sink
+/// `sink_to_file`. Without checkpointing: `.part-{run}-{subtask}-{attempt}.inprogress`, renamed
+/// to `part-{run}-{subtask}` on success. With checkpointing: one part per checkpoint interval,
+/// `.part-{run}-{subtask}-{n}-{writer}.inprogress`, renamed to `part-{run}-{subtask}-{n}-{writer}`
+/// when the checkpoint covering it completes (or at end of input). `{run}` is the job run (its
+/// JobManager job id, as Flink's FileSink's part prefix UUID): a redeploy, a resubmit or a start
+/// from a savepoint writes beside what earlier runs committed and never renames or deletes it. `{writer}` is unique to this sink
 /// instance (Flink's part-file UUID): two attempts of one subtask (one of them on a TaskManager
 /// declared lost that still runs) never write, rename or delete each other's objects, and a commit
 /// renames exactly the files its checkpoint recorded.
 pub(crate) struct FileSinkIo {
     url: String,
+    /// The job run's id (empty: a test harness's single run, no prefix).
+    run: String,
     conf: BTreeMap<String, String>,
     subtask: u32,
     attempt: u64,
@@ -217,6 +230,7 @@ async fn rename(loc: &Location, from: &str, to: &str) -> Result<()> {
 /// The part number of `name` if it is a committed part of `lineage` written by a checkpointing
 /// sink (`part-{lineage}-{n}-{writer}`).
 fn committed_part_number(name: &str, lineage: &str) -> Option<u64> {
+    // `{lineage}-{n}-{writer}`: the lineage is known, so dashes in it are no ambiguity.
     let rest = name.strip_prefix(&format!("part-{lineage}-"))?;
     let (n, writer) = rest.split_once('-')?;
     if writer.is_empty() {
@@ -244,19 +258,37 @@ impl FileSinkIo {
         });
         FileSinkIo {
             url,
+            run: ctx.job_id.clone(),
             conf: ctx.configuration.clone(),
             subtask: ctx.subtask,
             attempt: ctx.attempt,
             checkpointing: ctx.checkpointing,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             restore,
-            lineage: ctx.subtask.to_string(),
+            // Set by `start` (checkpointing only).
+            lineage: String::new(),
             lineages: Vec::new(),
             started: false,
             pending: Vec::new(),
             next_part: 0,
             open: None,
         }
+    }
+
+    /// `{run}-`: what every lineage this run starts begins with.
+    fn run_prefix(&self) -> String {
+        if self.run.is_empty() {
+            String::new()
+        } else {
+            format!("{}-", self.run)
+        }
+    }
+
+    /// A state's lineage was started by this run: restoring it is a failover within the run,
+    /// which may roll back what the run committed after the checkpoint.
+    fn is_own(&self, lineage: &str) -> bool {
+        let prefix = self.run_prefix();
+        !prefix.is_empty() && lineage.starts_with(&prefix)
     }
 
     fn dir(loc: &Location) -> String {
@@ -273,12 +305,14 @@ impl FileSinkIo {
     }
 
     /// Before the first write: refuse a file where the directory goes; with checkpointing, also
-    /// bring the directory to the restored checkpoint (or
-    /// to nothing): commit the parts it left pending (its completion may not have reached this
-    /// sink), and delete this subtask's committed parts numbered from its `next_part` on (committed
-    /// after it, at an end of input). In-progress parts of other writers are left alone: they are
-    /// hidden (no reader lists them), and one may belong to an attempt still running whose data
-    /// must not be lost.
+    /// bring the directory to the restored checkpoint (or to nothing): commit the parts it left
+    /// pending (its completion may not have reached this sink), and, in the lineages this run
+    /// started, delete the committed parts numbered from the restored `next_part` on (committed
+    /// after it, at an end of input). A restore of another run's checkpoint or savepoint (a
+    /// redeploy, an upgrade) commits its pending parts and numbers on in a lineage of this run:
+    /// whatever that run committed after it stays. In-progress parts of other writers are left
+    /// alone: they are hidden (no reader lists them), and one may belong to an attempt still
+    /// running whose data must not be lost.
     async fn start(&mut self) -> Result<()> {
         if self.started {
             return Ok(());
@@ -298,34 +332,46 @@ impl FileSinkIo {
         if !self.checkpointing {
             return Ok(());
         }
-        // (lineage, its pending parts, the first part number the restored checkpoint does not
-        // cover) of every state taken over; this sink numbers on in the first one's lineage.
-        let own = self.subtask.to_string();
+        // (lineage, the first part number the restored checkpoint does not cover) of every
+        // lineage of this run taken over; this sink numbers on in the first one. Pending parts
+        // of every state restored, this run's or not.
+        let own = format!("{}{}", self.run_prefix(), self.subtask);
         let mut inherited = Vec::new();
-        let taken: Vec<(String, Vec<String>, u64)> = match self.restore.take() {
-            // A fresh start: this subtask's earlier parts are not part of this run.
-            None => vec![(own, Vec::new(), 0)],
+        let mut pending = Vec::new();
+        let mut taken: Vec<(String, u64)> = Vec::new();
+        match self.restore.take() {
+            // A fresh start: nothing of an earlier run is this sink's.
+            None => {}
             // A subtask a rescale from checkpoint `c` added: a lineage of its own; parts in it are
             // from an earlier attempt after that same checkpoint.
-            Some((c, states)) if states.is_empty() => vec![(format!("{own}c{c}"), Vec::new(), 0)],
-            Some((_, states)) => states
-                .into_iter()
-                .map(|st| {
-                    inherited.extend(st.taken_over);
-                    (
-                        st.lineage.unwrap_or_else(|| own.clone()),
-                        st.pending,
-                        st.next_part,
-                    )
-                })
-                .collect(),
-        };
-        for (_, pending, _) in &taken {
-            for name in pending {
-                let (from, to) = (Self::in_progress_of(&dir, name), format!("{dir}/{name}"));
-                if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
-                    rename(&loc, &from, &to).await?;
+            Some((c, states)) if states.is_empty() => taken.push((format!("{own}c{c}"), 0)),
+            Some((_, states)) => {
+                for st in states {
+                    pending.extend(st.pending);
+                    match st.lineage {
+                        Some(lineage) if self.is_own(&lineage) => {
+                            inherited.extend(st.taken_over.into_iter().filter(|l| self.is_own(l)));
+                            taken.push((lineage, st.next_part));
+                        }
+                        // Another run's (a redeploy from its checkpoint or savepoint): its
+                        // committed parts are its own; what it left in progress after the
+                        // restored point is never committed, and goes at this sink's end.
+                        Some(lineage) => {
+                            inherited.push(lineage);
+                            inherited.extend(st.taken_over);
+                        }
+                        None => inherited.extend(st.taken_over),
+                    }
                 }
+            }
+        }
+        if taken.is_empty() {
+            taken.push((own, 0));
+        }
+        for name in &pending {
+            let (from, to) = (Self::in_progress_of(&dir, name), format!("{dir}/{name}"));
+            if loc.op.exists(&from).await.map_err(|e| Error::storage(&from, e))? {
+                rename(&loc, &from, &to).await?;
             }
         }
         let entries = match loc.op.list(&format!("{dir}/")).await {
@@ -335,7 +381,7 @@ impl FileSinkIo {
         };
         for entry in entries {
             let name = entry.name().trim_end_matches('/');
-            let stale = taken.iter().any(|(lineage, _, next_part)| {
+            let stale = taken.iter().any(|(lineage, next_part)| {
                 committed_part_number(name, lineage).is_some_and(|n| n >= *next_part)
             });
             if stale {
@@ -344,13 +390,13 @@ impl FileSinkIo {
                 loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
             }
         }
-        self.lineages = taken.iter().map(|(l, _, _)| l.clone()).collect();
+        self.lineages = taken.iter().map(|(l, _)| l.clone()).collect();
         for l in inherited {
             if !self.lineages.contains(&l) {
                 self.lineages.push(l);
             }
         }
-        let (lineage, _, next_part) = taken.into_iter().next().unwrap_or_default();
+        let (lineage, next_part) = taken.into_iter().next().unwrap_or_default();
         self.lineage = lineage;
         self.next_part = next_part;
         Ok(())
@@ -364,7 +410,12 @@ impl FileSinkIo {
             let tmp = if self.checkpointing {
                 Self::in_progress_of(&dir, &self.part_name(self.next_part))
             } else {
-                format!("{dir}/.part-{}-{}.inprogress", self.subtask, self.attempt)
+                format!(
+                    "{dir}/.part-{}{}-{}.inprogress",
+                    self.run_prefix(),
+                    self.subtask,
+                    self.attempt
+                )
             };
             let w = loc.op.writer(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
             self.open = Some((loc, tmp, w));
@@ -400,7 +451,7 @@ impl FileSinkIo {
         };
         let mut mine: Vec<String> = self.lineages.iter().map(|l| format!(".part-{l}-")).collect();
         if mine.is_empty() {
-            mine.push(format!(".part-{}-", self.subtask));
+            mine.push(format!(".part-{}{}-", self.run_prefix(), self.subtask));
         }
         for entry in entries {
             let name = entry.name().trim_end_matches('/');
@@ -468,6 +519,14 @@ impl SinkIo for FileSinkIo {
         self.commit_parts(checkpoint).await
     }
 
+    async fn stop(self: Box<Self>) -> Result<()> {
+        if self.checkpointing {
+            self.stop_checkpointed().await
+        } else {
+            self.close().await
+        }
+    }
+
     async fn close(mut self: Box<Self>) -> Result<()> {
         if self.checkpointing {
             // End of input. Its sources finished only after their final checkpoint completed, so
@@ -490,8 +549,26 @@ impl SinkIo for FileSinkIo {
             return Ok(());
         };
         w.close().await.map_err(|e| Error::storage(&tmp, e))?;
-        let fin = format!("{}/part-{}", Self::dir(&loc), self.subtask);
+        let fin = format!("{}/part-{}{}", Self::dir(&loc), self.run_prefix(), self.subtask);
         rename(&loc, &tmp, &fin).await?;
+        self.remove_abandoned_parts().await
+    }
+}
+
+impl FileSinkIo {
+    /// [`SinkIo::stop`]: the part open since the stop's barrier (nothing should be in it) is
+    /// removed, not committed; what completed checkpoints cover is.
+    async fn stop_checkpointed(mut self: Box<Self>) -> Result<()> {
+        self.start().await?;
+        if let Some((loc, tmp, mut w)) = self.open.take() {
+            w.close().await.map_err(|e| Error::storage(&tmp, e))?;
+            tracing::warn!(
+                part = tmp,
+                "stopped with a savepoint: output after its barrier is not committed"
+            );
+            loc.op.delete(&tmp).await.map_err(|e| Error::storage(&tmp, e))?;
+        }
+        self.commit_parts(u64::MAX).await?;
         self.remove_abandoned_parts().await
     }
 }

@@ -125,7 +125,17 @@ fn sink_context_of(
     subtask: u32,
     restore: Option<crate::checkpoint::TaskRestore>,
 ) -> crate::operators::OpContext {
+    sink_context_in("job1", subtask, restore)
+}
+
+/// A checkpointing sink's context in job run `job`.
+fn sink_context_in(
+    job: &str,
+    subtask: u32,
+    restore: Option<crate::checkpoint::TaskRestore>,
+) -> crate::operators::OpContext {
     crate::operators::OpContext {
+        job_id: job.into(),
         subtask,
         parallelism: 1,
         attempt: 0,
@@ -139,6 +149,16 @@ fn sink_context_of(
         time: None,
         side_outputs: Arc::default(),
     }
+}
+
+/// A sink's restore from `checkpoint` with these sink states.
+fn restore(checkpoint: u64, sinks: Vec<String>) -> Option<crate::checkpoint::TaskRestore> {
+    Some(crate::checkpoint::TaskRestore {
+        checkpoint,
+        sources: Vec::new(),
+        sinks,
+        broadcast: None,
+    })
 }
 
 /// The committed files of a sink directory and their contents, by name.
@@ -167,16 +187,14 @@ async fn two_attempts_of_a_sink_subtask_never_touch_each_others_parts() {
         .await
         .expect("write");
     let state = first.pre_commit(1).await.expect("pre-commit").expect("state");
-    let restore = || {
-        Some(crate::checkpoint::TaskRestore {
-            checkpoint: 1,
-            sources: Vec::new(),
-            sinks: vec![state.clone()],
-            broadcast: None,
-        })
-    };
-    let mut zombie = Box::new(FileSinkIo::new(url.clone(), &sink_context(restore())));
-    let mut current = Box::new(FileSinkIo::new(url.clone(), &sink_context(restore())));
+    let mut zombie = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context(restore(1, vec![state.clone()])),
+    ));
+    let mut current = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context(restore(1, vec![state.clone()])),
+    ));
     // Both attempts write the parts that follow the restored checkpoint at the same time.
     zombie
         .write(Bytes::from_static(b"zombie 1\n"))
@@ -217,14 +235,6 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let url = dir.to_string_lossy().into_owned();
-    let restore = |checkpoint, sinks: Vec<String>| {
-        Some(crate::checkpoint::TaskRestore {
-            checkpoint,
-            sources: Vec::new(),
-            sinks,
-            broadcast: None,
-        })
-    };
     let mut states = Vec::new();
     for k in 0..2u32 {
         let mut sink = Box::new(FileSinkIo::new(url.clone(), &sink_context_of(k, None)));
@@ -248,8 +258,8 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
     let state = merged.pre_commit(2).await.expect("pre-commit").expect("state");
     merged.commit(2).await.expect("commit");
     // An attempt of old subtask 1 cancelled by the rescale left a part in progress.
-    std::fs::write(dir.join(".part-1-9-cancelled.inprogress"), "abandoned\n").expect("write");
-    assert!(state.contains("\"taken_over\":[\"1\"]"), "{state}");
+    std::fs::write(dir.join(".part-job1-1-9-cancelled.inprogress"), "abandoned\n").expect("write");
+    assert!(state.contains("\"taken_over\":[\"job1-1\"]"), "{state}");
     let mut contents: Vec<String> = committed(&dir).into_values().collect();
     contents.sort();
     assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
@@ -265,7 +275,10 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
         .expect("write");
     added.close().await.expect("close");
     let names: Vec<String> = committed(&dir).into_keys().collect();
-    assert!(names.iter().any(|n| n.starts_with("part-2c2-0-")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("part-job1-2c2-0-")),
+        "{names:?}"
+    );
     // The added subtask restored from checkpoint 2 again: its uncovered part goes, nothing else.
     let again = Box::new(FileSinkIo::new(
         url.clone(),
@@ -275,7 +288,7 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
     let mut contents: Vec<String> = committed(&dir).into_values().collect();
     contents.sort();
     assert_eq!(contents, vec!["covered 0\n", "covered 1\n", "merged\n"]);
-    assert!(state.contains("\"lineage\":\"0\""), "{state}");
+    assert!(state.contains("\"lineage\":\"job1-0\""), "{state}");
     // Subtask 0 of three continues lineage 0 and, at its end, removes what old subtask 1's
     // cancelled attempt left in progress: no hidden part is left behind.
     let last = Box::new(FileSinkIo::new(
@@ -283,6 +296,79 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
         &sink_context_of(0, restore(2, vec![state.clone()])),
     ));
     last.close().await.expect("close");
+    let hidden: Vec<String> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".inprogress"))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// Issue 31, item 2: a second run into the same directory (a stateless redeploy, a resubmit)
+/// and a run started from the first one's savepoint keep everything the first run committed,
+/// including what it committed after that savepoint; the savepoint's pending part is committed
+/// once, and a failover within the second run still removes that run's own uncovered part.
+#[tokio::test]
+async fn later_runs_never_remove_what_earlier_runs_committed() {
+    let dir = std::env::temp_dir().join(format!("floe-sink-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = dir.to_string_lossy().into_owned();
+    // Run 1: a savepoint (checkpoint 1) with a part pending, then a checkpoint 2 committed after
+    // it, then output committed at its end of input.
+    let mut first = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("run1", 0, None)));
+    first.write(Bytes::from_static(b"run1 a\n")).await.expect("write");
+    let savepoint = first.pre_commit(1).await.expect("pre-commit").expect("state");
+    first.write(Bytes::from_static(b"run1 b\n")).await.expect("write");
+    first.pre_commit(2).await.expect("pre-commit");
+    first.commit(2).await.expect("commit");
+    first.write(Bytes::from_static(b"run1 c\n")).await.expect("write");
+    first.close().await.expect("close");
+    let run1 = vec!["run1 a\n", "run1 b\n", "run1 c\n"];
+    let mut contents: Vec<String> = committed(&dir).into_values().collect();
+    contents.sort();
+    assert_eq!(contents, run1);
+
+    // Run 2, a fresh start (a stateless redeploy): beside run 1's output, not instead of it.
+    let mut second = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("run2", 0, None)));
+    second.write(Bytes::from_static(b"run2\n")).await.expect("write");
+    second.pre_commit(1).await.expect("pre-commit");
+    second.commit(1).await.expect("commit");
+    second.close().await.expect("close");
+    let mut contents: Vec<String> = committed(&dir).into_values().collect();
+    contents.sort();
+    assert_eq!(contents, vec!["run1 a\n", "run1 b\n", "run1 c\n", "run2\n"]);
+
+    // Run 1's attempt that was still writing after the savepoint when it was killed.
+    std::fs::write(dir.join(".part-run1-0-9-killed.inprogress"), "never committed\n").expect("write");
+    // Run 3 from run 1's savepoint: its parts go into a lineage of run 3; run 1's parts stay.
+    let mut third = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context_in("run3", 0, restore(1, vec![savepoint.clone()])),
+    ));
+    third.write(Bytes::from_static(b"run3 x\n")).await.expect("write");
+    let own = third.pre_commit(2).await.expect("pre-commit").expect("state");
+    third.commit(2).await.expect("commit");
+    third
+        .write(Bytes::from_static(b"run3 uncovered\n"))
+        .await
+        .expect("write");
+    third.close().await.expect("close");
+    assert!(own.contains("\"lineage\":\"run3-0\""), "{own}");
+    // A failover within run 3 to its checkpoint 2 rolls back only run 3's uncovered part.
+    let again = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context_in("run3", 0, restore(2, vec![own])),
+    ));
+    again.close().await.expect("close");
+    let mut contents: Vec<String> = committed(&dir).into_values().collect();
+    contents.sort();
+    assert_eq!(
+        contents,
+        vec!["run1 a\n", "run1 b\n", "run1 c\n", "run2\n", "run3 x\n"]
+    );
+    // What the restored lineage left in progress is never committed: gone at run 3's end.
     let hidden: Vec<String> = std::fs::read_dir(&dir)
         .expect("dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())

@@ -98,6 +98,8 @@ pub(crate) fn downcast<T: Data>(op: AnyOp) -> Result<BoxOp<T>> {
 /// Which subtask an operator runs as.
 #[derive(Debug, Clone)]
 pub(crate) struct OpContext {
+    /// See [`crate::TaskContext::job_id`].
+    pub job_id: String,
     pub subtask: u32,
     pub parallelism: u32,
     pub attempt: u64,

@@ -10,6 +10,8 @@ pub struct CheckpointTrigger {
     pub id: u64,
     pub sources: Vec<(String, AttemptId)>,
     pub stop: bool,
+    /// A stop with `drain`: the sources end event time before the barrier.
+    pub drain: bool,
 }
 
 impl JobMaster {
@@ -60,6 +62,7 @@ impl JobMaster {
         Some(CheckpointTrigger {
             id,
             stop: self.stops_at(id),
+            drain: self.stops_at(id) && self.drains(),
             sources: targets,
         })
     }

@@ -22,51 +22,244 @@ pub fn no_resource_available(needed: usize, available: usize, waited: Duration) 
     )
 }
 
-/// Flink's fixed-delay restart strategy (`restart-strategy.type: fixed-delay`).
+/// Flink's key of the restart strategy.
+pub const RESTART_STRATEGY_KEY: &str = "restart-strategy.type";
+const FIXED_DELAY: &str = "restart-strategy.fixed-delay.";
+const EXPONENTIAL_DELAY: &str = "restart-strategy.exponential-delay.";
+const FAILURE_RATE: &str = "restart-strategy.failure-rate.";
+
+/// A job's restart strategy (`restart-strategy.type`), with Flink's keys and defaults. What each
+/// decides on a failure is in `restart.rs`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RestartStrategy {
+    /// `none` (`off`, `disable`): the first failure fails the job.
+    None,
+    /// `fixed-delay`: `attempts` restarts over the job's life (`.attempts`, default 3), `delay`
+    /// apart (`.delay`, default 1 s).
+    FixedDelay { attempts: u32, delay: Duration },
+    /// `exponential-delay`: restarts without end, each waiting longer than the one before until
+    /// the job runs stably for a while.
+    ExponentialDelay(ExponentialDelay),
+    /// `failure-rate`: the job fails when more than `max_failures_per_interval` failures
+    /// (`.max-failures-per-interval`, default 1) happen within `interval`
+    /// (`.failure-rate-interval`, default 1 min); restarts are `delay` apart (`.delay`, 1 s).
+    FailureRate {
+        max_failures_per_interval: u32,
+        interval: Duration,
+        delay: Duration,
+    },
+}
+
+/// Flink's `exponential-delay` settings (`restart-strategy.exponential-delay.*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExponentialDelay {
+    /// `.initial-backoff` (default 1 s): the first restart's delay.
+    pub initial_backoff: Duration,
+    /// `.max-backoff` (default 1 min): the longest delay.
+    pub max_backoff: Duration,
+    /// `.backoff-multiplier` (default 1.5): each restart waits this much longer than the last.
+    pub backoff_multiplier: f64,
+    /// `.reset-backoff-threshold` (default 1 h): a failure after the job ran this long since its
+    /// last restart waits `initial_backoff` again.
+    pub reset_backoff_threshold: Duration,
+    /// `.jitter-factor` (default 0.1): each delay varies by up to this fraction of it, so jobs
+    /// that failed together do not all restart at the same moment.
+    pub jitter_factor: f64,
+    /// `.attempts-before-reset-backoff` (default unlimited): the job fails at the restart after
+    /// this many without a reset of the backoff.
+    pub attempts_before_reset_backoff: Option<u32>,
+}
+
+impl Default for ExponentialDelay {
+    fn default() -> Self {
+        ExponentialDelay {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(60),
+            backoff_multiplier: 1.5,
+            reset_backoff_threshold: Duration::from_secs(3600),
+            jitter_factor: 0.1,
+            attempts_before_reset_backoff: None,
+        }
+    }
+}
+
+/// Which strategy a configuration names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RestartStrategy {
-    pub attempts: u32,
-    pub delay: Duration,
+enum StrategyKind {
+    None,
+    FixedDelay,
+    ExponentialDelay,
+    FailureRate,
 }
 
 impl RestartStrategy {
-    /// Reads `restart-strategy.type` (`fixed-delay` or `none`/`disable`),
-    /// `restart-strategy.fixed-delay.attempts` and `restart-strategy.fixed-delay.delay`. Floe's default
-    /// is fixed-delay with 3 attempts, 1 s apart.
+    /// Reads `restart-strategy.type` (`fixed-delay`, `exponential-delay`, `failure-rate` or
+    /// `none`) and the chosen strategy's keys, each checked. Without a type: the strategy whose
+    /// keys are set (Floe's; Flink would ignore them), else as Flink 2 `exponential-delay` for a
+    /// job that checkpoints, else Floe's `fixed-delay` (3 attempts, 1 s apart).
     pub fn from_configuration(conf: &BTreeMap<String, String>) -> Result<Self> {
-        let kind = conf
-            .get("restart-strategy.type")
-            .map(|s| s.trim().to_ascii_lowercase());
-        match kind.as_deref() {
-            None | Some("fixed-delay") | Some("fixeddelay") => {}
-            Some("none") | Some("disable") | Some("off") => {
-                return Ok(RestartStrategy {
-                    attempts: 0,
-                    delay: Duration::ZERO,
-                });
+        Ok(match strategy_kind(conf)? {
+            StrategyKind::None => RestartStrategy::None,
+            StrategyKind::FixedDelay => RestartStrategy::FixedDelay {
+                attempts: match conf.get(&format!("{FIXED_DELAY}attempts")) {
+                    None => 3,
+                    Some(v) => v.trim().parse().map_err(|_| Error::Config {
+                        key: format!("{FIXED_DELAY}attempts"),
+                        message: format!("expected a non-negative integer, got {v:?}"),
+                    })?,
+                },
+                delay: restart_duration(conf, &format!("{FIXED_DELAY}delay"), Duration::from_secs(1), 0)?,
+            },
+            StrategyKind::ExponentialDelay => {
+                let key = |name: &str| format!("{EXPONENTIAL_DELAY}{name}");
+                let default = ExponentialDelay::default();
+                let initial_backoff =
+                    restart_duration(conf, &key("initial-backoff"), default.initial_backoff, 1)?;
+                let max_backoff = restart_duration(conf, &key("max-backoff"), default.max_backoff, 1)?;
+                if max_backoff < initial_backoff {
+                    return Err(Error::Config {
+                        key: key("max-backoff"),
+                        message: format!(
+                            "{max_backoff:?} is below {} = {initial_backoff:?}",
+                            key("initial-backoff")
+                        ),
+                    });
+                }
+                ExponentialDelay {
+                    initial_backoff,
+                    max_backoff,
+                    backoff_multiplier: number_setting(
+                        conf,
+                        &key("backoff-multiplier"),
+                        default.backoff_multiplier,
+                        |x| x > 1.0,
+                        "a number above 1",
+                    )?,
+                    reset_backoff_threshold: restart_duration(
+                        conf,
+                        &key("reset-backoff-threshold"),
+                        default.reset_backoff_threshold,
+                        1,
+                    )?,
+                    jitter_factor: number_setting(
+                        conf,
+                        &key("jitter-factor"),
+                        default.jitter_factor,
+                        |x| (0.0..=1.0).contains(&x),
+                        "a number from 0 to 1",
+                    )?,
+                    attempts_before_reset_backoff: positive_setting(
+                        conf,
+                        &key("attempts-before-reset-backoff"),
+                    )?,
+                }
+                .into()
             }
-            Some(other) => {
-                return Err(Error::Config {
-                    key: "restart-strategy.type".into(),
-                    message: format!("expected fixed-delay or none, got {other:?}"),
-                });
+            StrategyKind::FailureRate => {
+                let key = |name: &str| format!("{FAILURE_RATE}{name}");
+                RestartStrategy::FailureRate {
+                    max_failures_per_interval: positive_setting(conf, &key("max-failures-per-interval"))?
+                        .unwrap_or(1),
+                    interval: restart_duration(
+                        conf,
+                        &key("failure-rate-interval"),
+                        Duration::from_secs(60),
+                        1,
+                    )?,
+                    delay: restart_duration(conf, &key("delay"), Duration::from_secs(1), 0)?,
+                }
             }
+        })
+    }
+
+    /// How long a restart that waits for slots waits before it looks again.
+    pub fn retry_delay(&self) -> Duration {
+        match self {
+            RestartStrategy::None => Duration::ZERO,
+            RestartStrategy::FixedDelay { delay, .. } | RestartStrategy::FailureRate { delay, .. } => *delay,
+            RestartStrategy::ExponentialDelay(e) => e.initial_backoff,
         }
-        let attempts = match conf.get("restart-strategy.fixed-delay.attempts") {
-            None => 3,
-            Some(v) => v.trim().parse().map_err(|_| Error::Config {
-                key: "restart-strategy.fixed-delay.attempts".into(),
-                message: format!("expected a non-negative integer, got {v:?}"),
-            })?,
+    }
+}
+
+impl From<ExponentialDelay> for RestartStrategy {
+    fn from(e: ExponentialDelay) -> Self {
+        RestartStrategy::ExponentialDelay(e)
+    }
+}
+
+/// The strategy `restart-strategy.type` names, or the one its absence means.
+fn strategy_kind(conf: &BTreeMap<String, String>) -> Result<StrategyKind> {
+    if let Some(v) = conf.get(RESTART_STRATEGY_KEY) {
+        return match v.trim().to_ascii_lowercase().as_str() {
+            "none" | "off" | "disable" => Ok(StrategyKind::None),
+            "fixed-delay" | "fixeddelay" => Ok(StrategyKind::FixedDelay),
+            "exponential-delay" | "exponentialdelay" => Ok(StrategyKind::ExponentialDelay),
+            "failure-rate" | "failurerate" => Ok(StrategyKind::FailureRate),
+            other => Err(Error::Config {
+                key: RESTART_STRATEGY_KEY.into(),
+                message: format!(
+                    "expected fixed-delay, exponential-delay, failure-rate or none, got {other:?}"
+                ),
+            }),
         };
-        let delay = match conf.get("restart-strategy.fixed-delay.delay") {
-            None => Duration::from_secs(1),
-            Some(v) => parse_duration(v).ok_or_else(|| Error::Config {
-                key: "restart-strategy.fixed-delay.delay".into(),
-                message: format!("expected a duration like \"1 s\" or \"500 ms\", got {v:?}"),
-            })?,
-        };
-        Ok(RestartStrategy { attempts, delay })
+    }
+    let configured: Vec<(&str, StrategyKind)> = [
+        (FIXED_DELAY, StrategyKind::FixedDelay),
+        (EXPONENTIAL_DELAY, StrategyKind::ExponentialDelay),
+        (FAILURE_RATE, StrategyKind::FailureRate),
+    ]
+    .into_iter()
+    .filter(|(prefix, _)| conf.keys().any(|k| k.starts_with(prefix)))
+    .collect();
+    match configured.as_slice() {
+        [] if checkpoint_config(conf)?.is_some() => Ok(StrategyKind::ExponentialDelay),
+        [] => Ok(StrategyKind::FixedDelay),
+        [(_, kind)] => Ok(*kind),
+        several => Err(Error::Config {
+            key: RESTART_STRATEGY_KEY.into(),
+            message: format!(
+                "keys of several strategies are set ({}*): name the one to use",
+                several.iter().map(|(p, _)| *p).collect::<Vec<_>>().join("*, ")
+            ),
+        }),
+    }
+}
+
+/// The duration at `key` (`default` when unset), at least `min_ms`.
+fn restart_duration(
+    conf: &BTreeMap<String, String>,
+    key: &str,
+    default: Duration,
+    min_ms: u64,
+) -> Result<Duration> {
+    match duration_setting(conf, key)? {
+        None => Ok(default),
+        Some(d) if d.as_millis() >= u128::from(min_ms) => Ok(d),
+        Some(d) => Err(Error::Config {
+            key: key.into(),
+            message: format!("expected a duration of at least {min_ms} ms, got {d:?}"),
+        }),
+    }
+}
+
+/// The number at `key` (`default` when unset); one that is not `valid` is an error saying `expected`.
+fn number_setting(
+    conf: &BTreeMap<String, String>,
+    key: &str,
+    default: f64,
+    valid: impl Fn(f64) -> bool,
+    expected: &str,
+) -> Result<f64> {
+    match conf.get(key) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && valid(x) => Ok(x),
+            _ => Err(Error::Config {
+                key: key.into(),
+                message: format!("expected {expected}, got {v:?}"),
+            }),
+        },
     }
 }
 
@@ -306,9 +499,11 @@ pub fn autoscaler(conf: &BTreeMap<String, String>) -> Result<Option<AutoscalerCo
     Ok(Some(c))
 }
 
-/// Checks every key the JobManager reads from a job's configuration (restart strategy,
-/// checkpointing, slot request timeout, heartbeats, the adaptive batch decider, the autoscaler): what `floe run`
-/// runs before it starts a cluster, and a submission before the job is accepted.
+/// Checks every key the JobManager reads from a job's configuration (the restart strategy:
+/// `restart-strategy.type` and the `fixed-delay.*`, `exponential-delay.*` or `failure-rate.*` keys of
+/// the one it names; checkpointing, slot request timeout, heartbeats, the adaptive batch decider, the
+/// autoscaler): what `floe run` runs before it starts a cluster, and a submission before the job is
+/// accepted.
 pub fn validate_configuration(conf: &BTreeMap<String, String>) -> Result<()> {
     RestartStrategy::from_configuration(conf)?;
     adaptive_decider(conf)?;

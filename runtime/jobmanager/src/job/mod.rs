@@ -28,6 +28,7 @@ mod checkpoint;
 mod config;
 mod reports;
 mod rescale;
+mod restart;
 mod savepoint;
 
 pub use adaptive::VertexDecision;
@@ -35,11 +36,12 @@ pub use autoscale::{JobAutoscaler, ScalingDecision, TaskRates};
 pub use checkpoint::CheckpointTrigger;
 use config::checkpoint_config;
 pub use config::{
-    ADAPTIVE_PREFIX, AUTOSCALER_PREFIX, AdaptiveScheduler, RestartStrategy, SCHEDULER_KEY,
-    SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, adaptive_scheduler, duration_setting, no_resource_available,
-    parse_duration, validate_configuration,
+    ADAPTIVE_PREFIX, AUTOSCALER_PREFIX, AdaptiveScheduler, ExponentialDelay, RESTART_STRATEGY_KEY,
+    RestartStrategy, SCHEDULER_KEY, SLOT_REQUEST_TIMEOUT_KEY, adaptive_decider, adaptive_scheduler,
+    duration_setting, no_resource_available, parse_duration, validate_configuration,
 };
 pub use rescale::{ParallelismBounds, Rescale};
+pub use restart::{FailureEpisode, RestartBackoff, RestartDecision};
 pub use savepoint::{
     IGNORE_UNCLAIMED_KEY, RECOVERY_PATH_KEY, SAVEPOINT_DIR_KEY, SavepointRequest, SavepointStatus,
     Savepoints, StateRecovery, state_recovery,
@@ -178,7 +180,11 @@ pub struct JobMaster {
     pub graph: ExecutionGraph,
     pub regions: PipelinedRegions,
     strategy: PipelinedRegionSchedulingStrategy,
-    restart: RestartStrategy,
+    /// The restart strategy and the failures it counted.
+    restart: RestartBackoff,
+    /// Which later failures are part of the latest counted one (a TaskManager going away).
+    episode: FailureEpisode,
+    /// Failovers so far (every restart of some tasks, counted by the restart strategy or not).
     pub restarts: u32,
     shuffle: TaskManagerShuffleMaster,
     /// Execution slot sharing group of each subtask (by global index) and the slot each group is in.
@@ -301,7 +307,7 @@ impl JobMaster {
         first_attempt: u64,
     ) -> Result<Self> {
         validate_configuration(&args.configuration)?;
-        let restart = RestartStrategy::from_configuration(&args.configuration)?;
+        let restart = RestartBackoff::new(RestartStrategy::from_configuration(&args.configuration)?);
         let slot_request_timeout = duration_setting(&args.configuration, SLOT_REQUEST_TIMEOUT_KEY)?;
         let remote_shuffle =
             floe_shuffle::remote_shuffle_enabled(&args.configuration).map_err(|e| match e {
@@ -351,6 +357,7 @@ impl JobMaster {
             regions,
             strategy,
             restart,
+            episode: FailureEpisode::default(),
             restarts: 0,
             exceptions: std::collections::VecDeque::new(),
             shuffle: TaskManagerShuffleMaster::default(),
@@ -825,10 +832,24 @@ impl JobMaster {
 
     /// A TaskManager is gone: executions there fail, its partitions are unavailable, and its slots are
     /// replaced by free ones (or shared with surviving slots when none is free).
+    /// A TaskManager whose tasks' failures the restart strategy counted already (it reported
+    /// them failed as it shut down, or their consumers failed when it died) is not counted again.
     pub fn on_taskmanager_lost(&mut self, tm: &str, free: &[SlotRef]) -> Vec<Action> {
         let lost = self.shuffle.taskmanager_lost(tm);
         let lost_producers = self.partitions_gone(&lost);
-        if let Some(actions) = self.rescale_after_loss(tm, free) {
+        let running_there: Vec<(ExecutionVertexId, u64, ExecutionState)> = self
+            .graph
+            .execution_vertices()
+            .filter(|e| !e.current.state.is_terminal())
+            .filter(|e| {
+                self.location[self.graph.global_index(e.id)]
+                    .as_ref()
+                    .is_some_and(|s| s.taskmanager == tm)
+            })
+            .map(|e| (e.id, e.current.attempt, e.current.state))
+            .collect();
+        let joins = self.episode.joins_loss(tm, &running_there);
+        if let Some(actions) = self.rescale_after_loss(tm, free, joins) {
             return actions;
         }
         let survivors: Vec<SlotRef> = self
@@ -861,27 +882,21 @@ impl JobMaster {
                 };
             }
         }
-        let mut victims: Vec<ExecutionVertexId> = self
-            .graph
-            .execution_vertices()
-            .filter(|e| !e.current.state.is_terminal())
-            .filter(|e| {
-                self.location[self.graph.global_index(e.id)]
-                    .as_ref()
-                    .is_some_and(|s| s.taskmanager == tm)
-            })
-            .map(|e| e.id)
-            .collect();
+        let mut victims: Vec<ExecutionVertexId> = running_there.iter().map(|(v, _, _)| *v).collect();
         // Finished producers whose output went with the TaskManager and is still to be read: they
         // run again (with their consumers), as Flink restarts the producer of a lost partition.
         victims.extend(lost_producers);
         if victims.is_empty() {
             return Vec::new();
         }
-        // One lost TaskManager is one failure for the restart strategy, however many tasks it ran.
-        self.on_failure(
+        // One lost TaskManager is one failure for the restart strategy, however many tasks it ran,
+        // and none when it joins the failure its going away caused already.
+        self.fail_over(
             &victims,
             format!("TaskManager {tm} was lost (heartbeat timed out)"),
+            true,
+            joins,
+            Some(tm),
         )
     }
 
@@ -944,6 +959,30 @@ impl JobMaster {
         cause: String,
         recoverable: bool,
     ) -> Vec<Action> {
+        let joins = self.episode.joins_tasks(&self.taskmanagers_of(failed));
+        self.fail_over(failed, cause, recoverable, joins, None)
+    }
+
+    /// Where these executions' current attempts run (or ran).
+    fn taskmanagers_of(&self, executions: &[ExecutionVertexId]) -> std::collections::BTreeSet<String> {
+        executions
+            .iter()
+            .filter_map(|&v| self.location[self.graph.global_index(v)].as_ref())
+            .map(|s| s.taskmanager.clone())
+            .collect()
+    }
+
+    /// The failover of executions that failed together. `joins`: the failure is part of the
+    /// restart strategy's latest counted one ([`FailureEpisode`]); `lost`: the TaskManager whose
+    /// loss it is.
+    fn fail_over(
+        &mut self,
+        failed: &[ExecutionVertexId],
+        cause: String,
+        recoverable: bool,
+        joins: bool,
+        lost: Option<&str>,
+    ) -> Vec<Action> {
         if let Some(c) = self.checkpoints.as_mut() {
             c.abort(None, &cause, history_now_ms());
         }
@@ -970,20 +1009,31 @@ impl JobMaster {
                 .map(|s| s.taskmanager.clone())
                 .collect(),
         });
-        if !recoverable || self.restarts >= self.restart.attempts {
-            self.failure = Some(if recoverable {
-                format!(
-                    "{cause} (restart strategy exhausted after {} restarts)",
-                    self.restarts
-                )
-            } else {
-                format!("{cause} (not recoverable: the job failed without restarting)")
-            });
-            self.status = JobStatus::Failing;
-            let mut actions = self.cancel_all();
-            actions.extend(self.maybe_terminal());
-            return actions;
-        }
+        let decision = if recoverable {
+            self.restart
+                .on_failure(history_now_ms(), joins, restart::draw_jitter())
+        } else {
+            RestartDecision::Fail("not recoverable: the job failed without restarting".into())
+        };
+        let delay = match decision {
+            RestartDecision::Restart { delay, counted } => {
+                let taskmanagers = self.taskmanagers_of(failed);
+                if counted {
+                    self.episode.begin(taskmanagers);
+                } else {
+                    tracing::info!(job = %self.id, "the failure is part of the one being restarted: not counted again");
+                    self.episode.join(taskmanagers, lost);
+                }
+                delay
+            }
+            RestartDecision::Fail(why) => {
+                self.failure = Some(format!("{cause} ({why})"));
+                self.status = JobStatus::Failing;
+                let mut actions = self.cancel_all();
+                actions.extend(self.maybe_terminal());
+                return actions;
+            }
+        };
         self.restarts += 1;
         let shuffle = &self.shuffle;
         let graph = &self.graph;
@@ -1016,7 +1066,7 @@ impl JobMaster {
         }
         actions.push(Action::RestartAfter {
             job_id: self.id.clone(),
-            delay: self.restart.delay,
+            delay,
             vertices: restart,
         });
         actions
@@ -1077,13 +1127,18 @@ impl JobMaster {
                 }];
             }
             if let Some((target, requested_ms)) = self.pending_rescale.take() {
+                self.episode.restarted(std::iter::empty());
                 return self.apply_rescale(target, requested_ms, free, now_ms);
             }
         }
         // Slots of a lost TaskManager that had no replacement then: place them now, or wait.
         if !self.unplaced.is_empty() {
             if free.len() < self.unplaced.len() {
-                let wait = self.restart.delay.max(Duration::from_millis(100));
+                let wait = self
+                    .restart
+                    .strategy()
+                    .retry_delay()
+                    .max(Duration::from_millis(100));
                 self.slot_waits += 1;
                 let limit = self.slot_request_timeout.unwrap_or(SLOT_WAIT_LIMIT);
                 if wait * self.slot_waits > limit {
@@ -1125,6 +1180,9 @@ impl JobMaster {
                 Err(e) => tracing::warn!("restart {}: {e}", self.graph.task_name(v)),
             }
         }
+        let attempts: Vec<(ExecutionVertexId, u64)> =
+            fresh.iter().map(|&v| (v, self.attempt_id(v).attempt)).collect();
+        self.episode.restarted(attempts);
         let next = self.strategy.restart(&self.graph, &self.regions, &fresh);
         self.deploy(&next)
     }

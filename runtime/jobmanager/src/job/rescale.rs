@@ -10,7 +10,7 @@ use std::time::Duration;
 use floe_scheduler::job_graph::{Partitioner, VertexIndex};
 use floe_scheduler::{ExecutionGraph, JobStatus, PipelinedRegionSchedulingStrategy, PipelinedRegions, slots};
 
-use super::{Action, JobMaster, SlotRef, TaskCounters, checkpoint_tasks};
+use super::{Action, JobMaster, RestartDecision, SlotRef, TaskCounters, checkpoint_tasks};
 use crate::error::{Error, Result};
 
 /// A vertex's parallelism bounds (Flink's `JobVertexResourceRequirements.Parallelism`).
@@ -192,14 +192,27 @@ impl JobMaster {
     }
 
     /// Reactive: a TaskManager of an adaptive-scheduled job is lost. The job goes on at the
-    /// parallelism the slots left allow (one restart, as for any failure) instead of waiting for
-    /// a replacement. `None`: not adaptive, no slot left, or the restarts are spent (the default
+    /// parallelism the slots left allow (one restart, as for any failure; none when the loss
+    /// `joins` the failure its going away caused already) instead of waiting for a replacement.
+    /// `None`: not adaptive, no slot left, or the restart strategy allows no restart (the default
     /// failover takes it).
-    pub(super) fn rescale_after_loss(&mut self, tm: &str, free: &[SlotRef]) -> Option<Vec<Action>> {
+    pub(super) fn rescale_after_loss(
+        &mut self,
+        tm: &str,
+        free: &[SlotRef],
+        joins: bool,
+    ) -> Option<Vec<Action>> {
         self.adaptive_scheduler?;
-        if self.status != JobStatus::Running || self.restarts >= self.restart.attempts {
+        if self.status != JobStatus::Running {
             return None;
         }
+        // Decided on a copy: kept only if the job rescales.
+        let mut restart = self.restart.clone();
+        let RestartDecision::Restart { delay, counted } =
+            restart.on_failure(super::history_now_ms(), joins, super::restart::draw_jitter())
+        else {
+            return None;
+        };
         let mut survivors: Vec<SlotRef> = Vec::new();
         for s in self.slot_of_group.iter().filter(|s| s.taskmanager != tm) {
             if !survivors.contains(s) {
@@ -216,10 +229,17 @@ impl JobMaster {
         if available == 0 || below {
             return None;
         }
+        self.restart = restart;
+        let taskmanagers = std::iter::once(tm.to_string()).collect();
+        if counted {
+            self.episode.begin(taskmanagers);
+        } else {
+            self.episode.join(taskmanagers, Some(tm));
+        }
         self.restarts += 1;
         self.slot_of_group = survivors;
         tracing::warn!(job = %self.id, "TaskManager {tm} was lost: the job goes on at the parallelism its slots allow");
-        let (requested, delay) = (self.last_scaled_ms, self.restart.delay);
+        let requested = self.last_scaled_ms;
         Some(self.begin_rescale(target, requested, delay))
     }
 

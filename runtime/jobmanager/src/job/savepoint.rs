@@ -43,9 +43,9 @@ pub struct SavepointRequest {
     pub directory: String,
     /// Stop with the savepoint.
     pub stop: bool,
-    /// Flink's `drain` (end the input rather than pause it). STREAMING operators emit nothing
-    /// at the end of their input today (no event time yet), so a drained stop and a plain one
-    /// commit the same output; the savepoint records it.
+    /// Flink's `drain` (end the input rather than pause it): the sources end event time before
+    /// the savepoint's barrier, so every event-time window and timer fires and its output is
+    /// covered by the savepoint; the savepoint records it.
     pub drain: bool,
     /// When it was asked for (ms since the epoch): one whose checkpoint never starts fails after
     /// `execution.checkpointing.timeout`.
@@ -57,6 +57,9 @@ pub struct SavepointRequest {
 pub struct Savepoints {
     pending: Option<SavepointRequest>,
     results: BTreeMap<String, SavepointStatus>,
+    /// Outcomes (completed or failed) no client has fetched yet: `floe run` keeps its cluster up
+    /// a little after the job ended until they are, so a `floe stop` hears how its stop went.
+    unfetched: std::collections::BTreeSet<String>,
 }
 
 /// What a job restores from at its start, from its configuration.
@@ -126,10 +129,33 @@ impl JobMaster {
         self.savepoints.results.get(trigger)
     }
 
+    /// [`JobMaster::savepoint_status`] for a client (`GET /jobs/{id}/savepoints/{trigger}`): an
+    /// outcome it is given counts as fetched.
+    pub fn fetch_savepoint_status(&mut self, trigger: &str) -> Option<SavepointStatus> {
+        let status = self.savepoints.results.get(trigger)?.clone();
+        if status != SavepointStatus::InProgress {
+            self.savepoints.unfetched.remove(trigger);
+        }
+        Some(status)
+    }
+
+    /// How many savepoints have an outcome no client has fetched yet.
+    pub fn unfetched_savepoint_results(&self) -> usize {
+        self.savepoints.unfetched.len()
+    }
+
     /// Whether checkpoint `id` is the savepoint of a stop (its sources end after its barrier).
     pub fn stops_at(&self, id: u64) -> bool {
         self.savepoints.pending.as_ref().is_some_and(|p| p.stop)
             && self.checkpoints.as_ref().and_then(|c| c.savepoint_checkpoint) == Some(id)
+    }
+
+    /// The pending savepoint is a stop with `drain`.
+    pub fn drains(&self) -> bool {
+        self.savepoints
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.stop && p.drain)
     }
 
     /// The savepoint to write now that checkpoint `id` completed and is logged.
@@ -175,6 +201,7 @@ impl JobMaster {
             c.savepoint_resolved();
         }
         self.savepoints.results.insert(trigger.to_string(), status);
+        self.savepoints.unfetched.insert(trigger.to_string());
         self.savepoints.pending.take()
     }
 
@@ -384,6 +411,35 @@ mod tests {
             })
         );
         assert!(!job.trigger_checkpoint(20_000).expect("checkpoints go on").stop);
+    }
+
+    #[test]
+    fn an_outcome_is_unfetched_until_a_client_is_given_it() {
+        let mut job = running_job();
+        job.request_savepoint(request("t1", true)).unwrap();
+        assert_eq!(
+            job.fetch_savepoint_status("t1"),
+            Some(SavepointStatus::InProgress)
+        );
+        assert_eq!(job.unfetched_savepoint_results(), 0, "nothing to hear yet");
+        let id = job.trigger_checkpoint(10_000).expect("due").id;
+        complete(&mut job, id, 10_100);
+        assert!(
+            job.savepoint_written("t1", Ok("memory://savepoints/t1".into()))
+                .is_empty()
+        );
+        assert_eq!(job.unfetched_savepoint_results(), 1);
+        // The JobManager's own look does not count; a client's does, once.
+        assert!(job.savepoint_status("t1").is_some());
+        assert_eq!(job.unfetched_savepoint_results(), 1);
+        assert_eq!(
+            job.fetch_savepoint_status("t1"),
+            Some(SavepointStatus::Completed {
+                location: "memory://savepoints/t1".into()
+            })
+        );
+        assert_eq!(job.unfetched_savepoint_results(), 0);
+        assert_eq!(job.fetch_savepoint_status("no-such-trigger"), None);
     }
 
     #[test]

@@ -675,3 +675,161 @@ fn lost_output_of_finished_producers_is_produced_again_before_anyone_reads_it() 
         ["reduce#0", "reduce#1", "reduce#2"]
     );
 }
+
+fn restarts_of(actions: &[Action]) -> Vec<ExecutionVertexId> {
+    actions
+        .iter()
+        .flat_map(|a| match a {
+            Action::RestartAfter { vertices, .. } => vertices.clone(),
+            _ => Vec::new(),
+        })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+fn one_restart_allowed(job: &mut JobMaster) {
+    job.restart = RestartBackoff::new(RestartStrategy::FixedDelay {
+        attempts: 1,
+        delay: Duration::from_secs(1),
+    });
+}
+
+fn spare_slots(tm: &str, n: u32) -> Vec<SlotRef> {
+    (0..n)
+        .map(|slot| SlotRef {
+            taskmanager: tm.into(),
+            address: format!("addr-{tm}"),
+            slot,
+        })
+        .collect()
+}
+
+/// A TaskManager stopping on SIGTERM (an eviction, a scale-down) reports each of its tasks failed,
+/// then is found lost when the restart's deployments cannot reach it: one failure for the restart
+/// strategy, not one per report (three regions here) plus one for the loss. With one restart
+/// allowed the job goes on; the next, unrelated failure is the one that exhausts the strategy.
+#[test]
+fn a_taskmanager_shutting_down_costs_one_restart() {
+    let mut job = seed_job();
+    one_restart_allowed(&mut job);
+    job.start(&slots()).unwrap();
+    for k in 0..4 {
+        report(&mut job, ev(0, k), ExecutionState::Initializing);
+        report(&mut job, ev(0, k), ExecutionState::Running);
+    }
+    // source#0..2 run on tm0, each its own region (every exchange blocking).
+    let mut actions = Vec::new();
+    for k in 0..3 {
+        let id = job.attempt_id(ev(0, k));
+        actions.extend(job.on_task_state(
+            &id,
+            ExecutionState::Failed,
+            Some("the TaskManager is shutting down (SIGTERM)".into()),
+            Vec::new(),
+            None,
+        ));
+    }
+    assert_eq!(job.status, JobStatus::Running, "{:?}", job.failure);
+    assert_eq!(
+        job.restart.attempts(),
+        1,
+        "three reports of one TaskManager: one failure"
+    );
+    let restart = restarts_of(&actions);
+    assert!((0..3).all(|k| restart.contains(&ev(0, k))), "{restart:?}");
+    // The restart runs before the loss is known: the new attempts go to tm0's slots again.
+    let deployed_to_tm0 = job.restart(&restart, &[], 0);
+    assert!(
+        deployed_to_tm0
+            .iter()
+            .any(|a| matches!(a, Action::Deploy { taskmanager, .. } if taskmanager == "tm0")),
+        "{deployed_to_tm0:?}"
+    );
+    // tm0 cannot be reached: lost. Its attempts never started; the loss is the same failure.
+    let lost = job.on_taskmanager_lost("tm0", &spare_slots("tm2", 3));
+    assert_eq!(job.status, JobStatus::Running, "{:?}", job.failure);
+    assert_eq!(job.restart.attempts(), 1);
+    let again = job.restart(&restarts_of(&lost), &[], 0);
+    assert!(
+        again
+            .iter()
+            .filter(|a| matches!(a, Action::Deploy { .. }))
+            .all(|a| matches!(a, Action::Deploy { taskmanager, .. } if taskmanager == "tm2")),
+        "{again:?}"
+    );
+    // A failure of its own (source#3 on tm1 crashes while running) is a new one: exhausted.
+    job.on_task_state(
+        &job.attempt_id(ev(0, 3)),
+        ExecutionState::Failed,
+        Some("boom".into()),
+        Vec::new(),
+        None,
+    );
+    assert_eq!(job.status, JobStatus::Failed);
+    assert_eq!(
+        job.failure.as_deref(),
+        Some("source#3 failed: boom (restart strategy exhausted after 1 restarts)")
+    );
+}
+
+/// A TaskManager killed outright (SIGKILL): a task elsewhere that read from it fails first and
+/// counts; the restart sends attempts to the dead TaskManager's slot before its heartbeat timed
+/// out; its loss, found out then, joins that failure. A second loss of the same TaskManager, or a
+/// loss of one whose tasks had started, counts.
+#[test]
+fn a_killed_taskmanager_found_lost_after_the_restart_counts_once() {
+    let mut job = checkpointing_job();
+    job.start(&slots()).unwrap();
+    let all: Vec<ExecutionVertexId> = job.graph.execution_vertices().map(|e| e.id).collect();
+    for &v in &all {
+        report(&mut job, v, ExecutionState::Initializing);
+        report(&mut job, v, ExecutionState::Running);
+    }
+    // The default with checkpointing: exponential-delay. Here one restart, to see the count.
+    assert!(matches!(
+        job.restart.strategy(),
+        RestartStrategy::ExponentialDelay(_)
+    ));
+    one_restart_allowed(&mut job);
+    // tm1 (source#3, map#3) is killed; reduce#0 on tm0 fails reading from it.
+    let failed = report(&mut job, ev(2, 0), ExecutionState::Failed);
+    assert_eq!(job.restart.attempts(), 1);
+    let restart = restarts_of(&failed);
+    assert_eq!(restart.len(), all.len(), "one pipelined region");
+    job.restart(&restart, &[], 0);
+    assert_eq!(
+        job.location[job.graph.global_index(ev(0, 3))]
+            .as_ref()
+            .unwrap()
+            .taskmanager,
+        "tm1"
+    );
+    let lost = job.on_taskmanager_lost("tm1", &spare_slots("tm2", 1));
+    assert_eq!(job.status, JobStatus::Running, "{:?}", job.failure);
+    assert_eq!(
+        job.restart.attempts(),
+        1,
+        "the kill and its discovery: one failure"
+    );
+    assert_eq!(job.restarts, 2, "two failovers, one restart counted");
+    job.restart(&restarts_of(&lost), &[], 0);
+    // Its replacement tm2 took tm1's slot; it is lost after its tasks started: a new failure.
+    for &v in &all {
+        report(&mut job, v, ExecutionState::Initializing);
+        report(&mut job, v, ExecutionState::Running);
+    }
+    job.on_taskmanager_lost("tm2", &[]);
+    assert!(
+        matches!(job.status, JobStatus::Failing | JobStatus::Failed),
+        "{:?}",
+        job.status
+    );
+    assert!(
+        job.failure.as_deref().unwrap_or_default().starts_with(
+            "TaskManager tm2 was lost (heartbeat timed out) (restart strategy exhausted after 1 restarts)"
+        ),
+        "{:?}",
+        job.failure
+    );
+}

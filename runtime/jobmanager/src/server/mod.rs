@@ -282,18 +282,20 @@ impl JobManager {
 
     /// [`JobManager::submit`] under a given id: a job the operation log already knows keeps its id.
     pub fn submit_with_id(&self, args: JobArgs, id: String) -> Result<String> {
-        self.submit_resumed(args, id, Vec::new(), &[])
+        self.submit_resumed(args, id, Vec::new(), &[], 0)
     }
 
     /// [`JobManager::submit_with_id`] of a job the operation log knows, with the checkpoints it
     /// records as completed: the job restores from the newest of those that reads back; and with
-    /// the parallelism decisions it records, which it keeps.
+    /// the parallelism decisions it records, which it keeps. Its checkpoint ids start above
+    /// `checkpoint_id_floor` (see [`crate::oplog::lineage_checkpoint_floor`]).
     pub fn submit_resumed(
         &self,
         args: JobArgs,
         id: String,
         vouched_checkpoints: Vec<u64>,
         decisions: &[crate::job::VertexDecision],
+        checkpoint_id_floor: u64,
     ) -> Result<String> {
         let built = self.inner.registry.build(&args).map_err(|e| Error::JobBuild {
             job: args.name.clone(),
@@ -304,6 +306,9 @@ impl JobManager {
         let first_attempt = floe_scheduler::execution_graph::first_attempt_of_epoch(self.leader_epoch());
         let mut master = JobMaster::new(id.clone(), args, job_graph, fingerprint, first_attempt)?;
         master.vouched_checkpoints = vouched_checkpoints;
+        if let Some(c) = master.checkpoints.as_mut() {
+            c.id_floor = checkpoint_id_floor;
+        }
         master.apply_decisions(decisions);
         let sources = master.undecided_sources();
         tracing::info!(job = %id, name = %master.args.name, tasks = master.graph.task_count(), "job submitted");

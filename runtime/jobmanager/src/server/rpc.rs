@@ -295,6 +295,8 @@ impl JobManagerRpc for JobManager {
             tasks_finished: finished as u32,
             records_processed: job.master.records_processed(),
             failure: job.master.failure.clone().unwrap_or_default(),
+            savepoint_results_unfetched: u32::try_from(job.master.unfetched_savepoint_results())
+                .unwrap_or(u32::MAX),
             cluster_peak_rss_bytes: peak_rss_bytes()
                 + state
                     .taskmanagers

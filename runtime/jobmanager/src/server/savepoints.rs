@@ -9,7 +9,8 @@ use crate::job::{SAVEPOINT_DIR_KEY, SavepointRequest, SavepointStatus};
 #[derive(Debug)]
 pub enum SavepointRefused {
     UnknownJob(String),
-    /// No target directory: none given, no `state.savepoints.dir`, no job storage.
+    /// No target directory (none given, no `state.savepoints.dir`, no job storage), or one that
+    /// cannot be opened (a scheme Floe does not know).
     NoDirectory(String),
     /// The job cannot take one now (not running, no checkpoints, one in flight).
     Conflict(String),
@@ -18,6 +19,12 @@ pub enum SavepointRefused {
 impl JobManager {
     /// Asks job `job_id` for a savepoint in `target` (else `state.savepoints.dir`, else the job
     /// storage's `savepoints/`), stopping the job with it if `stop`. Returns the trigger id.
+    ///
+    /// The directory is a location as every location argument takes it (Flink accepts plain
+    /// paths): a storage URL, or a plain path, which is a local directory (`/data/savepoints` is
+    /// `file:///data/savepoints`; a relative one is taken against this process's working
+    /// directory). One that cannot be opened is refused here, naming it, rather than failing the
+    /// savepoint (and a stop's job over) once it is taken.
     pub fn trigger_savepoint(
         &self,
         job_id: &str,
@@ -46,6 +53,11 @@ impl JobManager {
                 }
             },
         };
+        let base = floe_datastream::location_url(&base)
+            .map_err(|e| SavepointRefused::NoDirectory(format!("savepoint directory {base:?}: {e}")))?;
+        if let Err(e) = floe_storage::ObjectStore::open(&base, conf) {
+            return Err(SavepointRefused::NoDirectory(format!("savepoint directory: {e}")));
+        }
         let trigger = new_id(now_ms());
         let random = u64::from_str_radix(&trigger[..12], 16).unwrap_or(0);
         let directory = format!(
@@ -65,13 +77,14 @@ impl JobManager {
         Ok(trigger)
     }
 
-    /// What became of savepoint `trigger` of job `job_id`.
+    /// What became of savepoint `trigger` of job `job_id`, for a client: an outcome answered
+    /// counts as fetched ([`crate::job::JobMaster::fetch_savepoint_status`]).
     pub fn savepoint_status(&self, job_id: &str, trigger: &str) -> Result<Option<SavepointStatus>> {
-        let state = self.state();
+        let mut state = self.state();
         let job = state
             .jobs
-            .get(job_id)
+            .get_mut(job_id)
             .ok_or_else(|| Error::UnknownJob(job_id.to_string()))?;
-        Ok(job.master.savepoint_status(trigger).cloned())
+        Ok(job.master.fetch_savepoint_status(trigger))
     }
 }
