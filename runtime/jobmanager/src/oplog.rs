@@ -1,7 +1,8 @@
 //! What the JobManager writes to its operation log (`floe-oplog`), and how a new JobManager resumes
 //! from it. Today's vocabulary is job-level: a job submitted (with everything needed to build it
 //! again) and its status changes. A job the log shows ended is restored as ended and never run again;
-//! one that had not ended is submitted again under its id.
+//! one that had not ended is submitted again under its id. The JobManager compacts the log as it
+//! appends ([`COMPACT_EVERY`]): a snapshot ([`compact`]) stands for everything before it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -188,6 +189,117 @@ pub fn jobs_of(events: &[Event]) -> Vec<LoggedJob> {
     jobs
 }
 
+/// A JobManager compacts its operation log once this many entries follow the last snapshot: a
+/// takeover reads at most about this many entries after the snapshot, whatever the job's age.
+pub const COMPACT_EVERY: u64 = 1000;
+
+/// A snapshot keeps at least this many of each job's latest completed checkpoints (and at least
+/// `execution.checkpointing.num-retained`): older ones were subsumed and deleted, no restore can use
+/// them.
+pub const KEPT_CHECKPOINTS: usize = 16;
+
+impl Event {
+    fn job_id(&self) -> &str {
+        match self {
+            Event::JobSubmitted { job_id, .. }
+            | Event::JobStatusChanged { job_id, .. }
+            | Event::ExecutionFinished { job_id, .. }
+            | Event::VertexInitialized { job_id, .. }
+            | Event::ParallelismDecided { job_id, .. }
+            | Event::CheckpointCompleted { job_id, .. } => job_id,
+        }
+    }
+}
+
+/// How many of a job's latest checkpoints a snapshot keeps.
+pub fn kept_checkpoints(configuration: &BTreeMap<String, String>) -> usize {
+    let retained = configuration
+        .get("execution.checkpointing.num-retained")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(1);
+    retained.max(KEPT_CHECKPOINTS)
+}
+
+/// What a snapshot of the operation log holds in place of `events`: the events [`jobs_of`] folds into
+/// the same jobs, in their order (a subsequence, each event as logged). Dropped: events no job takes
+/// (before their job's submission), each status change but a job's last, each report of an
+/// execution or initialization of a vertex a later one replaces, and all but the latest
+/// [`kept_checkpoints`] completed checkpoints of a job, except its highest one (the job's lineage
+/// continues checkpoint ids above it: [`lineage_checkpoint_floor`]). So `jobs_of(compact(events))`
+/// is `jobs_of(events)` but for each job's `checkpoints`, bounded so; and compacting a snapshot and
+/// the events after it is compacting the whole.
+pub fn compact(events: &[Event]) -> Vec<Event> {
+    // Forward: which events a job takes (its submission came first; a second submission under the
+    // same id makes a job no later event reaches: jobs_of applies events to the first), each job's
+    // checkpoint bound, and where its highest checkpoint (the last logged of that id) is.
+    let mut bound: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut highest: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    let mut taken = vec![false; events.len()];
+    for (i, e) in events.iter().enumerate() {
+        if let Event::JobSubmitted {
+            job_id,
+            configuration,
+            ..
+        } = e
+        {
+            bound
+                .entry(job_id.as_str())
+                .or_insert_with(|| kept_checkpoints(configuration));
+            taken[i] = true;
+            continue;
+        }
+        taken[i] = bound.contains_key(e.job_id());
+        if let (
+            true,
+            Event::CheckpointCompleted {
+                job_id, checkpoint, ..
+            },
+        ) = (taken[i], e)
+        {
+            let h = highest.entry(job_id.as_str()).or_insert((*checkpoint, i));
+            if *checkpoint >= h.0 {
+                *h = (*checkpoint, i);
+            }
+        }
+    }
+    // Backward: the last event of each kind that a later one does not replace.
+    let mut status: std::collections::BTreeSet<&str> = Default::default();
+    let mut finished: std::collections::BTreeSet<(&str, u32, u32)> = Default::default();
+    let mut vertices: std::collections::BTreeSet<(&str, u32)> = Default::default();
+    let mut checkpoints: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut keep = vec![false; events.len()];
+    for (i, e) in events.iter().enumerate().rev() {
+        if !taken[i] {
+            continue;
+        }
+        keep[i] = match e {
+            Event::JobSubmitted { .. } | Event::ParallelismDecided { .. } => true,
+            Event::JobStatusChanged { job_id, .. } => status.insert(job_id.as_str()),
+            Event::ExecutionFinished {
+                job_id,
+                vertex,
+                subtask,
+                ..
+            } => finished.insert((job_id.as_str(), *vertex, *subtask)),
+            Event::VertexInitialized { job_id, vertex, .. } => vertices.insert((job_id.as_str(), *vertex)),
+            Event::CheckpointCompleted { job_id, .. } => {
+                let kept = checkpoints.entry(job_id.as_str()).or_insert(0);
+                *kept += 1;
+                *kept <= bound.get(job_id.as_str()).copied().unwrap_or(KEPT_CHECKPOINTS)
+            }
+        };
+    }
+    for (_, at) in highest.values() {
+        keep[*at] = true;
+    }
+    events
+        .iter()
+        .zip(keep)
+        .filter(|(_, keep)| *keep)
+        .map(|(e, _)| e.clone())
+        .collect()
+}
+
 /// The FlinkJob uid a deployment (`{uid}/{generation}...`) belongs to; `None` for a job submitted
 /// without one.
 fn uid_of(deployment: &str) -> Option<&str> {
@@ -257,6 +369,7 @@ pub async fn resume(
     // Attempt numbers and the fencing token of every TaskManager call come from the epoch.
     jm.set_leader_epoch(log.epoch());
     let logged = jobs_of(replayed);
+    let mut history = compact(replayed);
     let deployment = application.as_ref().map(|a| a.deployment.clone());
     let is_current = |j: &LoggedJob| deployment.as_ref().is_none_or(|d| &j.deployment == d);
     let mut known = BTreeMap::new();
@@ -380,10 +493,11 @@ pub async fn resume(
                 }),
         );
         log.append(&events).await?;
+        history.extend(events);
         let floor = lineage_checkpoint_floor(&logged, &app.deployment, &id);
         jm.submit_resumed(app.job, id, Vec::new(), &[], floor)?;
     }
-    jm.attach_log(log, known).await;
+    jm.attach_log(log, known, history).await;
     Ok(())
 }
 
@@ -545,5 +659,275 @@ mod tests {
         assert_eq!((jobs[0].submitted_ms, jobs[0].changed_ms), (1, 3));
         assert!(!jobs[1].has_ended());
         assert_eq!(jobs[1].status.as_deref(), Some("RUNNING"));
+    }
+
+    fn submitted(id: &str, deployment: &str, configuration: BTreeMap<String, String>) -> Event {
+        Event::JobSubmitted {
+            job_id: id.into(),
+            name: "pipeline".into(),
+            args: vec![],
+            configuration,
+            deployment: deployment.into(),
+            time_ms: 1,
+        }
+    }
+
+    fn completed(id: &str, checkpoint: u64) -> Event {
+        Event::CheckpointCompleted {
+            job_id: id.into(),
+            checkpoint,
+            time_ms: checkpoint,
+        }
+    }
+
+    fn status(id: &str, status: &str) -> Event {
+        Event::JobStatusChanged {
+            job_id: id.into(),
+            status: status.into(),
+            failure: None,
+            time_ms: 3,
+        }
+    }
+
+    /// The jobs as a compacted log folds them: each job's checkpoints bounded to its latest
+    /// [`kept_checkpoints`], and its highest one before them when they do not hold it.
+    fn bounded(mut jobs: Vec<LoggedJob>) -> Vec<LoggedJob> {
+        for j in &mut jobs {
+            let n = kept_checkpoints(&j.args.configuration);
+            let latest = j.checkpoints[j.checkpoints.len().saturating_sub(n)..].to_vec();
+            j.checkpoints = match j.checkpoints.iter().max() {
+                Some(m) if !latest.contains(m) => [vec![*m], latest].concat(),
+                _ => latest,
+            };
+        }
+        jobs
+    }
+
+    /// Issue item 8: a snapshot of a long-running job's log is a few events, and folds into the
+    /// same job, its latest 16 checkpoints and its lineage's checkpoint floor.
+    #[test]
+    fn a_snapshot_folds_into_the_same_jobs_with_their_latest_checkpoints() {
+        let mut events = vec![
+            submitted("old", "uid1/1#x", BTreeMap::new()),
+            completed("old", 90),
+            status("old", "CANCELED"),
+            submitted("job", "uid1/2#y", BTreeMap::new()),
+            Event::VertexInitialized {
+                job_id: "job".into(),
+                vertex: 0,
+                id: "source".into(),
+                parallelism: 2,
+                time_ms: 2,
+            },
+            status("job", "INITIALIZING"),
+            status("job", "RUNNING"),
+        ];
+        events.extend((91..3091).map(|n| completed("job", n)));
+        let snapshot = compact(&events);
+        assert_eq!(
+            snapshot.len(),
+            2 + 1 + 1 + 1 + 1 + KEPT_CHECKPOINTS,
+            "{snapshot:#?}"
+        );
+        let jobs = jobs_of(&snapshot);
+        assert_eq!(jobs, bounded(jobs_of(&events)));
+        assert_eq!(jobs[1].checkpoints, (3075..3091).collect::<Vec<u64>>());
+        assert_eq!(jobs[1].checkpoint, Some(3090));
+        assert_eq!(jobs[1].status.as_deref(), Some("RUNNING"));
+        assert_eq!(lineage_checkpoint_floor(&jobs, "uid1/3#z", "new"), 3090);
+        // More retained checkpoints than 16: as many are kept.
+        let retained = BTreeMap::from([(
+            "execution.checkpointing.num-retained".to_string(),
+            "40".to_string(),
+        )]);
+        let mut events = vec![submitted("job", "uid1/2#y", retained)];
+        events.extend((1..100).map(|n| completed("job", n)));
+        assert_eq!(
+            jobs_of(&compact(&events))[0].checkpoints,
+            (60..100).collect::<Vec<u64>>()
+        );
+    }
+
+    /// A small deterministic generator (xorshift64): random logs without a dependency.
+    struct Random(u64);
+
+    impl Random {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        fn pick<'a>(&mut self, of: &[&'a str]) -> &'a str {
+            of[self.below(of.len() as u64) as usize]
+        }
+    }
+
+    /// Any event of the vocabulary, over a few jobs: submitted twice, or reported on before their
+    /// submission, with checkpoint ids out of order and repeated.
+    fn random_log(r: &mut Random) -> Vec<Event> {
+        let len = r.below(400);
+        (0..len)
+            .map(|t| {
+                let job_id = r.pick(&["a", "b", "c"]).to_string();
+                match r.below(10) {
+                    0 => {
+                        let mut conf = BTreeMap::new();
+                        if r.below(4) == 0 {
+                            conf.insert("execution.checkpointing.num-retained".into(), "20".into());
+                        }
+                        let deployment = r.pick(&["u1/1#x", "u1/2#y", "", "u2/1#z"]);
+                        submitted(&job_id, deployment, conf)
+                    }
+                    1 => Event::JobStatusChanged {
+                        job_id,
+                        status: r.pick(&["RUNNING", "FAILING", "FINISHED", "FAILED"]).into(),
+                        failure: (r.below(2) == 0).then(|| format!("failure {t}")),
+                        time_ms: t,
+                    },
+                    2 | 3 => Event::ExecutionFinished {
+                        job_id,
+                        vertex: r.below(3) as u32,
+                        subtask: r.below(3) as u32,
+                        attempt: r.below(5),
+                        produced: vec![vec![r.below(100)]],
+                        time_ms: t,
+                    },
+                    4 => Event::VertexInitialized {
+                        job_id,
+                        vertex: r.below(3) as u32,
+                        id: format!("v{}", r.below(3)),
+                        parallelism: r.below(4) as u32 + 1,
+                        time_ms: t,
+                    },
+                    5 => Event::ParallelismDecided {
+                        job_id,
+                        decision: crate::job::VertexDecision {
+                            vertex: r.below(3) as u32,
+                            parallelism: r.below(4) as u32 + 1,
+                            subpartition_ranges: vec![],
+                            input_bytes: None,
+                            bytes_per_subtask: vec![],
+                            largest_subpartition_bytes: 0,
+                            reason: "decided".into(),
+                            time_ms: t,
+                        },
+                    },
+                    _ => completed(&job_id, r.below(60)),
+                }
+            })
+            .collect()
+    }
+
+    /// Property over 2,000 random logs: a snapshot folds into the same jobs (checkpoints bounded),
+    /// lineage floors included; a snapshot of a snapshot and the events after it is one of the
+    /// whole log (what each compaction of a running JobManager does); compacting twice changes
+    /// nothing.
+    #[test]
+    fn compacting_random_logs_keeps_their_jobs() {
+        let mut r = Random(0x9e37_79b9_7f4a_7c15);
+        for case in 0..2000 {
+            let events = random_log(&mut r);
+            let jobs = bounded(jobs_of(&events));
+            let snapshot = compact(&events);
+            assert_eq!(jobs_of(&snapshot), jobs, "case {case}: {events:#?}");
+            assert_eq!(compact(&snapshot), snapshot, "case {case}");
+            let split = r.below(events.len() as u64 + 1) as usize;
+            let mut rolling = compact(&events[..split]);
+            rolling.extend_from_slice(&events[split..]);
+            assert_eq!(jobs_of(&compact(&rolling)), jobs, "case {case}, split at {split}");
+            let whole = jobs_of(&events);
+            for j in &whole {
+                for deployment in ["u1/3#w", "u2/2#w", &j.deployment] {
+                    assert_eq!(
+                        lineage_checkpoint_floor(&jobs, deployment, &j.id),
+                        lineage_checkpoint_floor(&whole, deployment, &j.id),
+                        "case {case}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Issue item 8, end to end on a file system: a JobManager that appends 3,000 checkpoints keeps
+    /// about 1,000 objects in its log (not one per append), and a JobManager that takes over reads
+    /// the snapshot and the entries after it, resumes the same job and appends; the old one is
+    /// fenced.
+    #[tokio::test]
+    async fn a_jobmanager_compacts_its_log_and_a_takeover_resumes_from_the_snapshot() {
+        use crate::server::JobManagerConfig;
+        let dir = std::env::temp_dir().join(format!("floe-jm-compaction-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = floe_storage::ObjectStore::open(&format!("file://{}", dir.display()), &BTreeMap::new())
+            .unwrap()
+            .scoped("default/job");
+        // Files under the log's prefix (a directory counts for what it holds).
+        fn walk(path: &std::path::Path) -> usize {
+            match std::fs::read_dir(path) {
+                Ok(entries) => entries.map(|e| walk(&e.unwrap().path())).sum(),
+                Err(_) => 1,
+            }
+        }
+        let count = || walk(&dir.join("default/job"));
+        let new_jm = || {
+            JobManager::new(
+                JobManagerConfig::default(),
+                floe_datastream::JobRegistry::builtin(),
+            )
+        };
+        let a = new_jm();
+        let (log, replayed) = OperationLog::acquire::<Event>(store.clone(), "jm-a")
+            .await
+            .unwrap();
+        resume(&a, log, &replayed.events, None).await.unwrap();
+        let mut events = vec![
+            submitted("job", "uid1/1#x", BTreeMap::new()),
+            status("job", "RUNNING"),
+        ];
+        events.extend((1..=3000).map(|n| completed("job", n)));
+        events.push(status("job", "CANCELED"));
+        for e in &events {
+            a.log(std::slice::from_ref(e)).await.unwrap();
+        }
+        // The snapshot's deletions run on tasks of their own.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while count() > COMPACT_EVERY as usize + 3 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = count();
+        assert!(
+            left <= COMPACT_EVERY as usize + 3,
+            "{left} objects under the log's prefix after {} appends",
+            events.len()
+        );
+        let b = new_jm();
+        let (log, replayed) = OperationLog::acquire::<Event>(store.clone(), "jm-b")
+            .await
+            .unwrap();
+        assert!(replayed.snapshot.is_some());
+        assert!(replayed.entries < COMPACT_EVERY, "{}", replayed.entries);
+        let jobs = jobs_of(&replayed.events);
+        // The snapshot's 16 latest checkpoints, then those appended after it.
+        assert_eq!(bounded(jobs.clone()), bounded(jobs_of(&events)));
+        let all: Vec<u64> = (1..=3000).collect();
+        assert!(all.ends_with(&jobs[0].checkpoints) && jobs[0].checkpoints.len() >= KEPT_CHECKPOINTS);
+        assert_eq!(lineage_checkpoint_floor(&jobs, "uid1/2#y", "next"), 3000);
+        resume(&b, log, &replayed.events, None).await.unwrap();
+        assert_eq!(
+            b.state().ended.get("job").map(|j| j.status.clone()),
+            Some("CANCELED".to_string())
+        );
+        b.log(&[submitted("next", "uid1/2#y", BTreeMap::new())])
+            .await
+            .unwrap();
+        let e = a.log(&[completed("job", 3001)]).await.unwrap_err();
+        assert!(e.to_string().contains("fenced"), "{e}");
+        assert!(a.fatal().is_some());
+        let (_, replayed) = OperationLog::acquire::<Event>(store, "jm-c").await.unwrap();
+        let jobs = jobs_of(&replayed.events);
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].checkpoint, Some(3000));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

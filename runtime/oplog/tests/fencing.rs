@@ -160,6 +160,246 @@ async fn an_append_whose_answer_was_lost_is_recognised_when_tried_again(store: O
     b.append(&ev(&["fourth"])).await.unwrap();
 }
 
+/// Every object under the log's prefix.
+async fn objects(store: &ObjectStore) -> usize {
+    let mut n = store.list("leader").await.unwrap().len() + store.list("snapshot").await.unwrap().len();
+    for epoch in store.list("oplog").await.unwrap() {
+        n += store.list(&format!("oplog/{epoch}")).await.unwrap().len();
+    }
+    n
+}
+
+/// Events "0", "1", ... `to - 1`.
+fn numbered(from: usize, to: usize) -> Events {
+    (from..to).map(|i| i.to_string()).collect()
+}
+
+/// Issue item 8: the log no longer grows with every append. A leader that compacts every 100
+/// appends keeps about 100 objects whatever it appended; a new leader reads the snapshot and the
+/// entries after it, not every entry ever appended, and gets the same events; the old leader can
+/// neither append nor compact any more; the next compaction removes the old epoch but its seal.
+async fn compaction_bounds_the_log_and_a_takeover_replays_from_the_snapshot(store: ObjectStore) {
+    let (mut a, _) = OperationLog::acquire::<String>(store.clone(), "jm-a")
+        .await
+        .unwrap();
+    let mut history = Events::new();
+    for i in 0..350 {
+        let event = i.to_string();
+        a.append(std::slice::from_ref(&event)).await.unwrap();
+        history.push(event);
+        if a.appends_since_snapshot() >= 100 {
+            // The snapshot here is every event so far: the caller decides what stands for them.
+            let compaction = a.compact(&history).await.unwrap();
+            assert_eq!(compaction.snapshot().0, 1);
+            compaction.run().await.unwrap();
+        }
+    }
+    assert_eq!(a.appends_since_snapshot(), 50);
+    // leader/1, the snapshot's name and entry, 50 entries after it.
+    assert_eq!(
+        objects(&store).await,
+        53,
+        "a compacted log keeps what follows its snapshot"
+    );
+    let (mut b, replayed) = OperationLog::acquire::<String>(store.clone(), "jm-b")
+        .await
+        .unwrap();
+    assert_eq!(replayed.events, history);
+    assert_eq!(
+        replayed.snapshot,
+        Some((1, 302)),
+        "100 appends, then a snapshot, three times"
+    );
+    assert_eq!(
+        replayed.entries, 50,
+        "only the entries after the snapshot are read"
+    );
+    assert_eq!(b.appends_since_snapshot(), 50);
+    let e = a.compact(&history).await.unwrap_err();
+    assert!(matches!(e, Error::Fenced { epoch: 1, .. }), "{e}");
+    assert!(matches!(
+        a.append(&ev(&["zombie"])).await,
+        Err(Error::Fenced { epoch: 1, .. })
+    ));
+    b.append(&ev(&["350"])).await.unwrap();
+    history.push("350".into());
+    let compaction = b.compact(&history).await.unwrap();
+    assert_eq!(compaction.snapshot(), (2, 1));
+    // Epoch 1's snapshot and the 50 entries after it, b's first append and epoch 1's snapshot name;
+    // not epoch 1's seal, where its zombie is refused.
+    assert_eq!(compaction.run().await.unwrap(), 53);
+    assert_eq!(store.list("oplog/00000000000000000001").await.unwrap().len(), 1);
+    assert!(matches!(
+        a.append(&ev(&["zombie"])).await,
+        Err(Error::Fenced { epoch: 1, .. })
+    ));
+    // leader/1, leader/2, epoch 1's seal, b's snapshot and its name.
+    assert_eq!(objects(&store).await, 5);
+    b.append(&ev(&["351"])).await.unwrap();
+    history.push("351".into());
+    let (c, replayed) = OperationLog::acquire::<String>(store, "jm-c").await.unwrap();
+    assert_eq!(c.epoch(), 3);
+    assert_eq!(replayed.events, history);
+    assert_eq!(
+        replayed.epochs,
+        [2],
+        "epoch 1 is not read: the snapshot covers it"
+    );
+    assert_eq!(replayed.entries, 1);
+}
+
+/// A leader that dies at any step of a compaction leaves a log that replays the same: snapshot
+/// entry torn (killed while writing it), written but not named, named with none of what it covers
+/// deleted, or with part of it deleted.
+async fn a_leader_that_dies_mid_compaction_leaves_a_log_that_replays_the_same(store: ObjectStore) {
+    let (mut a, _) = OperationLog::acquire::<String>(store.clone(), "jm-a")
+        .await
+        .unwrap();
+    let history = numbered(0, 20);
+    for event in &history {
+        a.append(std::slice::from_ref(event)).await.unwrap();
+    }
+    let replays = |holder: &'static str| {
+        let store = store.clone();
+        async move {
+            let (log, replayed) = OperationLog::acquire::<String>(store, holder).await.unwrap();
+            (log.epoch(), replayed)
+        }
+    };
+    // Killed while writing the snapshot entry (0 bytes on a file system): a torn tail, skipped.
+    let torn = "oplog/00000000000000000001/00000000000000000020";
+    store.create(torn, bytes::Bytes::new()).await.unwrap();
+    let (_, replayed) = replays("jm-b").await;
+    assert_eq!((replayed.events, replayed.snapshot), (history.clone(), None));
+
+    // The next leader writes its snapshot, then dies before naming it: a replay from the start
+    // meets the snapshot on its way.
+    let (mut c, _) = OperationLog::acquire::<String>(store.clone(), "jm-c")
+        .await
+        .unwrap();
+    c.append(&ev(&["20"])).await.unwrap();
+    let mut history = numbered(0, 21);
+    let compaction = c.compact(&history).await.unwrap();
+    assert_eq!(compaction.snapshot(), (3, 1));
+    drop(compaction);
+    store
+        .delete("snapshot/00000000000000000003.00000000000000000001")
+        .await
+        .unwrap();
+    c.append(&ev(&["21"])).await.unwrap();
+    history.push("21".into());
+    let (epoch, replayed) = replays("jm-d").await;
+    assert_eq!(epoch, 4);
+    assert_eq!((&replayed.events, replayed.snapshot), (&history, None));
+
+    // Named, nothing deleted yet (the Compaction was never run).
+    let (mut e, _) = OperationLog::acquire::<String>(store.clone(), "jm-e")
+        .await
+        .unwrap();
+    e.append(&ev(&["22"])).await.unwrap();
+    history.push("22".into());
+    let compaction = e.compact(&history).await.unwrap();
+    assert_eq!(compaction.snapshot(), (5, 1));
+    drop(compaction);
+    e.append(&ev(&["23"])).await.unwrap();
+    history.push("23".into());
+    let (epoch, replayed) = replays("jm-f").await;
+    assert_eq!(epoch, 6);
+    assert_eq!((&replayed.events, replayed.snapshot), (&history, Some((5, 1))));
+    assert_eq!(replayed.epochs, [5]);
+
+    // Part of what the snapshot covers deleted: the first entries of epoch 1, not the rest.
+    for seq in 0..10 {
+        store
+            .delete(&format!("oplog/00000000000000000001/{seq:020}"))
+            .await
+            .unwrap();
+    }
+    let (_, replayed) = replays("jm-g").await;
+    assert_eq!(replayed.events, history);
+    // And all of it, by the next leader's compaction: each older epoch keeps its seal.
+    let (mut h, replayed) = OperationLog::acquire::<String>(store.clone(), "jm-h")
+        .await
+        .unwrap();
+    assert_eq!(replayed.events, history);
+    h.compact(&history).await.unwrap().run().await.unwrap();
+    for epoch in store.list("oplog").await.unwrap() {
+        let left = store.list(&format!("oplog/{epoch}")).await.unwrap();
+        if epoch.trim_end_matches('/') != "00000000000000000008" {
+            assert_eq!(left.len(), 1, "epoch {epoch}: {left:?}");
+        }
+    }
+    let (_, replayed) = replays("jm-i").await;
+    assert_eq!((&replayed.events, replayed.snapshot), (&history, Some((8, 0))));
+}
+
+/// A named snapshot that is gone or damaged is an error naming it, never a replay of what happens
+/// to be left after it.
+async fn a_named_snapshot_that_is_gone_is_an_error(store: ObjectStore) {
+    let (mut a, _) = OperationLog::acquire::<String>(store.clone(), "jm-a")
+        .await
+        .unwrap();
+    a.append(&ev(&["one"])).await.unwrap();
+    a.compact(&ev(&["one"])).await.unwrap().run().await.unwrap();
+    a.append(&ev(&["two"])).await.unwrap();
+    let snapshot = "oplog/00000000000000000001/00000000000000000001";
+    let whole = store.get(snapshot).await.unwrap();
+    store.put(snapshot, whole.slice(..whole.len() - 1)).await.unwrap();
+    let e = OperationLog::acquire::<String>(store.clone(), "jm-b")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(snapshot) && e.contains("truncated"), "{e}");
+    store.delete(snapshot).await.unwrap();
+    let e = OperationLog::acquire::<String>(store.clone(), "jm-c")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(snapshot) && e.contains("names it as the snapshot to replay from"),
+        "{e}"
+    );
+}
+
+/// A JobManager takes over while the old one goes on appending and compacting (deleting entries
+/// the new one may be about to read): the new one replays a whole prefix of what the old one
+/// appended, never a log with a hole, and the old one is fenced at its next write.
+async fn a_takeover_during_compactions_replays_a_whole_prefix(store: ObjectStore) {
+    for round in 0..4 {
+        let store = store.scoped(&format!("round-{round}"));
+        let (mut a, _) = OperationLog::acquire::<String>(store.clone(), "jm-a")
+            .await
+            .unwrap();
+        let writer = tokio::spawn(async move {
+            let mut history = Events::new();
+            for i in 0.. {
+                let event = i.to_string();
+                match a.append(std::slice::from_ref(&event)).await {
+                    Ok(()) => history.push(event),
+                    Err(Error::Fenced { .. }) => return history.len(),
+                    Err(e) => panic!("{e}"),
+                }
+                if a.appends_since_snapshot() >= 7 {
+                    match a.compact(&history).await {
+                        Ok(compaction) => {
+                            compaction.run().await.unwrap();
+                        }
+                        Err(Error::Fenced { .. }) => return history.len(),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            unreachable!()
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20 + 15 * round)).await;
+        let (_, replayed) = OperationLog::acquire::<String>(store.clone(), "jm-b")
+            .await
+            .unwrap();
+        let appended = writer.await.unwrap();
+        assert_eq!(replayed.events, numbered(0, appended), "round {round}");
+    }
+}
+
 type Scenario = fn(ObjectStore) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 fn scenarios() -> Vec<(&'static str, Scenario)> {
@@ -180,6 +420,20 @@ fn scenarios() -> Vec<(&'static str, Scenario)> {
             "an_append_whose_answer_was_lost_is_recognised_when_tried_again",
             |s| Box::pin(an_append_whose_answer_was_lost_is_recognised_when_tried_again(s)),
         ),
+        (
+            "compaction_bounds_the_log_and_a_takeover_replays_from_the_snapshot",
+            |s| Box::pin(compaction_bounds_the_log_and_a_takeover_replays_from_the_snapshot(s)),
+        ),
+        (
+            "a_leader_that_dies_mid_compaction_leaves_a_log_that_replays_the_same",
+            |s| Box::pin(a_leader_that_dies_mid_compaction_leaves_a_log_that_replays_the_same(s)),
+        ),
+        ("a_named_snapshot_that_is_gone_is_an_error", |s| {
+            Box::pin(a_named_snapshot_that_is_gone_is_an_error(s))
+        }),
+        ("a_takeover_during_compactions_replays_a_whole_prefix", |s| {
+            Box::pin(a_takeover_during_compactions_replays_a_whole_prefix(s))
+        }),
     ]
 }
 

@@ -440,6 +440,19 @@ impl ObjectStore {
         .await
     }
 
+    /// Deletes objects, in batches where the store has them (S3's DeleteObjects, 1,000 a request);
+    /// missing ones are not an error.
+    pub async fn delete_many(&self, paths: &[String]) -> Result<()> {
+        let Some(first) = paths.first() else {
+            return Ok(());
+        };
+        let full: Vec<String> = paths.iter().map(|p| self.full(p)).collect();
+        self.write_op(first, async {
+            self.op.delete_iter(full).await.map_err(|e| self.io(first, e))
+        })
+        .await
+    }
+
     /// Deletes everything under `dir`.
     pub async fn delete_all(&self, dir: &str) -> Result<()> {
         let dir_path = normalize_prefix(dir);
@@ -535,6 +548,13 @@ mod tests {
         );
         assert!(!e.is_retryable());
         assert_eq!(store.get_opt("a/1").await.unwrap(), None);
+        store.put("a/3", "three").await.unwrap();
+        // A missing one among them is not an error.
+        store
+            .delete_many(&["a/1".to_string(), "a/2".to_string()])
+            .await
+            .unwrap();
+        assert_eq!(store.list("a").await.unwrap(), ["3"]);
         store.delete_all("a").await.unwrap();
         assert_eq!(store.list("").await.unwrap(), ["b", "leader/"]);
     }

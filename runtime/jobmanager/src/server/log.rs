@@ -4,9 +4,22 @@
 use super::*;
 
 impl JobManager {
-    /// From now on, events are appended to `log` before they are acted on.
-    pub async fn attach_log(&self, log: floe_oplog::OperationLog, logged_status: BTreeMap<String, String>) {
-        *self.inner.oplog.lock().await = Some(LogState { log, logged_status });
+    /// From now on, events are appended to `log` before they are acted on. `history`: what the log
+    /// holds (the replayed events, compacted or not, and those appended since).
+    pub async fn attach_log(
+        &self,
+        log: floe_oplog::OperationLog,
+        logged_status: BTreeMap<String, String>,
+        history: Vec<crate::oplog::Event>,
+    ) {
+        let mut guard = self.inner.oplog.lock().await;
+        let state = guard.insert(LogState {
+            log,
+            logged_status,
+            history,
+        });
+        // A log replayed from many entries (one written before compaction) is compacted at once.
+        self.compact_log(state).await;
     }
 
     /// Logs every job status change not logged yet (a no-op without a log).
@@ -19,7 +32,7 @@ impl JobManager {
         if events.is_empty() {
             return Ok(());
         }
-        self.append(&mut state.log, &events).await?;
+        self.append(state, &events).await?;
         for e in events {
             if let crate::oplog::Event::JobStatusChanged { job_id, status, .. } = e {
                 state.logged_status.insert(job_id, status);
@@ -28,22 +41,51 @@ impl JobManager {
         Ok(())
     }
 
-    pub(super) async fn append(
-        &self,
-        log: &mut floe_oplog::OperationLog,
-        events: &[crate::oplog::Event],
-    ) -> Result<()> {
+    pub(super) async fn append(&self, state: &mut LogState, events: &[crate::oplog::Event]) -> Result<()> {
         if let Some(why) = self.fatal() {
             return Err(Error::Stopped(why));
         }
-        match log.append(events).await {
-            Ok(()) => Ok(()),
+        match state.log.append(events).await {
+            Ok(()) => {
+                state.history.extend_from_slice(events);
+                self.compact_log(state).await;
+                Ok(())
+            }
             Err(e) => {
                 if !e.is_retryable() {
                     self.stop(e.to_string());
                 }
                 Err(e.into())
             }
+        }
+    }
+
+    /// Compacts the log once [`crate::oplog::COMPACT_EVERY`] entries follow its last snapshot, so
+    /// that it does not grow with every append and a JobManager taking over reads a snapshot and at
+    /// most that many entries. The snapshot (two small objects) is written here, in turn with the
+    /// appends; what it covers is deleted on a task of its own, while the job goes on. Refused like
+    /// an append when a newer JobManager leads: then this one stops.
+    async fn compact_log(&self, state: &mut LogState) {
+        if state.log.appends_since_snapshot() < crate::oplog::COMPACT_EVERY {
+            return;
+        }
+        let snapshot = crate::oplog::compact(&state.history);
+        match state.log.compact(&snapshot).await {
+            Ok(compaction) => {
+                state.history = snapshot;
+                tokio::spawn(async move {
+                    if let Err(e) = compaction.run().await {
+                        tracing::warn!(
+                            "could not delete the operation log entries a snapshot covers (the next \
+                             leader's compaction deletes those of the epochs before its own): {e}"
+                        );
+                    }
+                });
+            }
+            Err(e) if e.is_retryable() => {
+                tracing::warn!("could not compact the operation log, trying again at the next append: {e}");
+            }
+            Err(e) => self.stop(e.to_string()),
         }
     }
 
@@ -125,7 +167,7 @@ impl JobManager {
         let Some(state) = guard.as_mut() else {
             return Ok(());
         };
-        self.append(&mut state.log, events).await
+        self.append(state, events).await
     }
 
     /// Why this JobManager must stop, if a log write was refused.

@@ -125,6 +125,9 @@ pub struct JobStatusSnapshot {
 struct LogState {
     log: floe_oplog::OperationLog,
     logged_status: BTreeMap<String, String>,
+    /// What the log holds, as its last snapshot summarized it (`crate::oplog::compact`), then the
+    /// events appended after it: the next snapshot is made of these.
+    history: Vec<crate::oplog::Event>,
 }
 
 /// Shared handle to the JobManager's state and clients.
