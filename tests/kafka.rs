@@ -23,6 +23,9 @@
 //! - `group_offsets_wait_for_the_checkpoint_to_complete`: checkpoints that the source snapshotted
 //!   but that never complete (the job storage refuses their metadata) leave the group's offsets
 //!   where the last completed one put them; once one completes they follow it.
+//! - `quiet_partitions_and_subtasks_do_not_stop_event_time` (issue 31): event-time windows fire
+//!   past a partition without records given an idle timeout, and past a source subtask that owns
+//!   no partition; without the timeout the quiet partition holds them.
 //! - `bad_input_*`: an unknown topic, an unreachable broker, a record that does not deserialize:
 //!   the job fails with a message naming it, after its restart strategy, and nothing is
 //!   committed twice.
@@ -844,6 +847,107 @@ fn group_offsets_wait_for_the_checkpoint_to_complete(broker: &Broker, dir: &Path
 
 /// Runs `kafka-to-files` with these arguments and a fixed-delay restart strategy of two attempts
 /// until it ends; returns the job's details and the committed lines.
+/// Issue 31, item 10: event-time windows over a topic where a partition (or a source subtask) has
+/// nothing to read. `kafka-windowed-count` counts records per key and 1 s window of their Kafka
+/// timestamps; every record goes to partition 0 of a two-partition topic. With
+/// `--idle-timeout-ms 500` the quiet partition drops out of the watermark and every window that
+/// partition 0's event time closes is committed, equal to the count computed here. Without it the
+/// quiet partition holds event time at its minimum (as in Flink without idleness) and three
+/// checkpoints after all is read nothing is committed. A one-partition topic read by two source
+/// subtasks: the subtask that owns no partition is idle, timeout or not, and the windows fire.
+fn quiet_partitions_and_subtasks_do_not_stop_event_time(broker: &Broker, dir: &Path) -> Result<(), Failed> {
+    broker.create_topic("quiet", 2);
+    broker.create_topic("single", 1);
+    let base = 1_700_000_000_000_i64;
+    let records: Vec<(String, i64)> = (0..2_000)
+        .map(|i: i64| (format!("k{}", i % 7), base + i * 5 + (i * 37) % 3))
+        .collect();
+    broker.produce_at("quiet", 0, &records);
+    broker.produce_at("single", 0, &records);
+    // The reference: a window [s, s + 1000) fires once the watermark (largest timestamp - 1)
+    // reaches its end - 1, i.e. when the largest timestamp is at least its end.
+    let max_ts = records.iter().map(|r| r.1).max().unwrap();
+    let mut reference: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for (k, ts) in &records {
+        let start = ts - ts.rem_euclid(1_000);
+        if start + 1_000 <= max_ts {
+            *reference.entry((k.clone(), start)).or_insert(0) += 1;
+        }
+    }
+    let reference: Vec<String> = reference
+        .into_iter()
+        .map(|((k, s), n)| format!("{k}\t{s}\t{n}"))
+        .collect();
+    assert!(reference.len() > 50, "{} windows", reference.len());
+
+    let cluster = cluster(dir, 3);
+    let submit = |name: &str, topic: &str, idle: &str| {
+        let out = dir.join(name);
+        let id = submit_job(
+            &cluster.rpc_address,
+            "kafka-windowed-count",
+            args(&[
+                ("bootstrap-servers", &broker.bootstrap),
+                ("topic", topic),
+                ("output", out.to_str().unwrap()),
+                ("idle-timeout-ms", idle),
+            ]),
+            streaming_conf(&dir.join(name), None),
+        );
+        (id, out)
+    };
+    let (with_idleness, with_out) = submit("with-idleness", "quiet", "500");
+    let (without, without_out) = submit("without-idleness", "quiet", "0");
+    let (unowned, unowned_out) = submit("unowned-subtask", "single", "0");
+    let sorted = |out: &Path| {
+        let mut lines = committed(out);
+        lines.sort();
+        lines
+    };
+    for (what, out) in [
+        ("with idleness", &with_out),
+        ("a subtask without partitions", &unowned_out),
+    ] {
+        let mut last = Vec::new();
+        let seen = poll(Duration::from_secs(90), || {
+            last = sorted(out);
+            (last == reference).then_some(())
+        });
+        if seen.is_none() {
+            return Err(format!(
+                "{what}: {} of {} window counts committed; first differences: {:?}",
+                last.len(),
+                reference.len(),
+                last.iter().zip(&reference).find(|(a, b)| a != b)
+            )
+            .into());
+        }
+    }
+    // The job without idleness read everything long ago (the others' windows all closed); three
+    // more of its checkpoints complete and still no window has fired.
+    let completed = |id: &str| {
+        get(&cluster, &format!("/jobs/{id}/checkpoints"))["counts"]["completed"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let now = completed(&without);
+    wait_for("three more checkpoints", Duration::from_secs(60), || {
+        (completed(&without) >= now + 3).then_some(())
+    });
+    let held = sorted(&without_out);
+    if !held.is_empty() {
+        return Err(format!(
+            "without idleness a quiet partition holds event time, yet {} windows fired",
+            held.len()
+        )
+        .into());
+    }
+    for id in [&with_idleness, &without, &unowned] {
+        http("PATCH", &cluster.rest_address, &format!("/jobs/{id}"));
+    }
+    Ok(())
+}
+
 fn failing_job(broker_servers: &str, dir: &Path, extra: &[(&str, &str)]) -> (Value, Vec<String>) {
     let cluster = cluster(dir, 1);
     let out = dir.join("out");
@@ -957,6 +1061,10 @@ fn main() {
         (
             "group_offsets_wait_for_the_checkpoint_to_complete",
             group_offsets_wait_for_the_checkpoint_to_complete,
+        ),
+        (
+            "quiet_partitions_and_subtasks_do_not_stop_event_time",
+            quiet_partitions_and_subtasks_do_not_stop_event_time,
         ),
         ("bad_input_unknown_topic", bad_input_unknown_topic),
         ("bad_input_unreachable_broker", bad_input_unreachable_broker),

@@ -157,6 +157,28 @@ impl Broker {
         producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Sends keyed records with the given timestamps (ms) to one partition, waiting until the
+    /// broker has them all.
+    pub fn produce_at(&self, topic: &str, partition: i32, records: &[(String, i64)]) {
+        let producer = self.producer();
+        for (key, timestamp) in records {
+            loop {
+                let r = BaseRecord::to(topic)
+                    .partition(partition)
+                    .key(key.as_bytes())
+                    .payload(b"")
+                    .timestamp(*timestamp);
+                match producer.send(r) {
+                    Ok(()) => break,
+                    Err(_) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
     /// The offset consumer group `group` committed on partition 0 of `topic`, if any.
     pub fn committed(&self, group: &str, topic: &str) -> Option<i64> {
         self.committed_on(group, topic, 0)

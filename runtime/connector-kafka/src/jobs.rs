@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floe_datastream::{
-    ArgKind, ArgSpec, Collector, JobArgValues, JobRegistry, JobSpec, Result, StreamExecutionEnvironment,
-    tokenize,
+    ArgKind, ArgSpec, Collector, JobArgValues, JobRegistry, JobSpec, ProcessWindowFunction, Result,
+    StreamExecutionEnvironment, TumblingEventTimeWindows, WindowContext, tokenize,
 };
 
 use crate::options::{DeliveryGuarantee, SinkOptions, SourceOptions, StartingOffsets, Subscription};
@@ -124,12 +124,40 @@ const KAFKA_KEYED_COUNT: JobSpec = JobSpec {
     ],
 };
 
-/// Registers `kafka-to-files`, `files-to-kafka`, `kafka-wordcount` and `kafka-keyed-count`.
+const KAFKA_WINDOWED_COUNT: JobSpec = JobSpec {
+    description: "records per key and tumbling event-time window (the records' Kafka timestamps): lines `key TAB window start TAB count` to exactly-once part files",
+    args: &[
+        SERVERS,
+        TOPIC,
+        PATTERN,
+        ArgSpec::required("output", ArgKind::Location, "the directory the counts go to"),
+        STARTING,
+        BOUNDED,
+        DISCOVERY,
+        ArgSpec::optional("window-ms", ArgKind::Count, Some("1000"), "the windows' size"),
+        ArgSpec::optional(
+            "out-of-orderness-ms",
+            ArgKind::Count,
+            Some("0"),
+            "how far a partition's records may come behind its largest timestamp",
+        ),
+        ArgSpec::optional(
+            "idle-timeout-ms",
+            ArgKind::Count,
+            Some("0"),
+            "a partition without records for this long holds event time back no more; 0: it always does",
+        ),
+    ],
+};
+
+/// Registers `kafka-to-files`, `files-to-kafka`, `kafka-wordcount`, `kafka-keyed-count` and
+/// `kafka-windowed-count`.
 pub fn register(registry: &mut JobRegistry) {
     registry.register_declared("kafka-to-files", KAFKA_TO_FILES, kafka_to_files);
     registry.register_declared("files-to-kafka", FILES_TO_KAFKA, files_to_kafka);
     registry.register_declared("kafka-wordcount", KAFKA_WORDCOUNT, kafka_wordcount);
     registry.register_declared("kafka-keyed-count", KAFKA_KEYED_COUNT, kafka_keyed_count);
+    registry.register_declared("kafka-windowed-count", KAFKA_WINDOWED_COUNT, kafka_windowed_count);
 }
 
 fn source_options(job: &str, a: &JobArgValues) -> Result<SourceOptions> {
@@ -229,5 +257,47 @@ fn kafka_keyed_count(env: &mut StreamExecutionEnvironment, args: &[String]) -> R
                 (Some(k.as_bytes().to_vec()), format!("{k}\t{n}").into_bytes())
             }),
         );
+    Ok(())
+}
+
+/// Writes `key TAB window start TAB count` for each window's count.
+struct WindowCount;
+
+impl ProcessWindowFunction<String, (String, u64), String> for WindowCount {
+    fn process(
+        &self,
+        key: &String,
+        ctx: &WindowContext,
+        counts: &[(String, u64)],
+        out: &mut dyn Collector<String>,
+    ) {
+        for (_, n) in counts {
+            out.collect(format!("{key}\t{}\t{n}", ctx.window.start));
+        }
+    }
+}
+
+fn kafka_windowed_count(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
+    let a = KAFKA_WINDOWED_COUNT.parse("kafka-windowed-count", args)?;
+    let mut options = source_options("kafka-windowed-count", &a)?;
+    let ms = |name: &str| -> Result<u64> { Ok(a.opt_u64(name)?.unwrap_or(0)) };
+    let window = ms("window-ms")?;
+    if window == 0 {
+        return Err(floe_datastream::Error::argument(
+            "--window-ms",
+            "a window of 0 ms (give 1 or more)",
+        ));
+    }
+    options.watermark_out_of_orderness = Some(Duration::from_millis(ms("out-of-orderness-ms")?));
+    options.watermark_idle_timeout = Some(ms("idle-timeout-ms")?)
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis);
+    env.kafka_source(options, records::key_value_strings())
+        .map(|(k, _): (String, String)| (k, 1u64))
+        .name("Key")
+        .key_by_ref(|p: &(String, u64)| &p.0)
+        .window(TumblingEventTimeWindows::of(Duration::from_millis(window)))
+        .reduce_process(|a: (String, u64), b: (String, u64)| (a.0, a.1 + b.1), WindowCount)
+        .sink_to_file(a.text("output")?);
     Ok(())
 }

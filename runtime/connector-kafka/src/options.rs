@@ -96,6 +96,11 @@ pub struct SourceOptions {
     /// each partition's largest timestamp by this much (Flink's
     /// `WatermarkStrategy.forBoundedOutOfOrderness` on a `KafkaSource`); `None`: no event time.
     pub watermark_out_of_orderness: Option<Duration>,
+    /// A partition that gives no record for this long holds event time back no more, and a
+    /// subtask whose partitions are all that quiet is idle: downstream watermarks go on without
+    /// it until it has records again (Flink's `WatermarkStrategy.withIdleness`). A subtask that
+    /// owns no partition is idle whatever this is. `None`: a quiet partition holds event time.
+    pub watermark_idle_timeout: Option<Duration>,
     /// More librdkafka consumer properties (`isolation.level`, `security.protocol`, ...).
     pub properties: BTreeMap<String, String>,
 }
@@ -110,6 +115,7 @@ impl SourceOptions {
             group_id: None,
             discovery_interval: Some(Duration::from_secs(30)),
             watermark_out_of_orderness: None,
+            watermark_idle_timeout: None,
             properties: BTreeMap::new(),
         }
     }

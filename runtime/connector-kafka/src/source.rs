@@ -61,6 +61,9 @@ struct Owned {
     stop: Option<i64>,
     /// The largest record timestamp read (event time), if any.
     max_timestamp: Option<i64>,
+    /// When the partition last gave a record (or was taken on): with an idle timeout, one quiet
+    /// for longer holds event time back no more.
+    last_active: Instant,
 }
 
 impl Owned {
@@ -195,6 +198,42 @@ impl<T: Data> KafkaSourceReader<T> {
         })
     }
 
+    /// Whether `o` has given no record for the idle timeout (never, without one).
+    fn quiet(&self, o: &Owned, now: Instant) -> bool {
+        self.options
+            .watermark_idle_timeout
+            .is_some_and(|timeout| now.saturating_duration_since(o.last_active) >= timeout)
+    }
+
+    /// The smallest of the active owned partitions' watermarks (a partition's largest timestamp
+    /// less the bound; one not read from yet holds event time back, as in Flink, until it has
+    /// been quiet for the idle timeout).
+    fn watermark_at(&self, now: Instant) -> Option<i64> {
+        let (_, bound) = self.timestamps.as_ref()?;
+        self.owned
+            .values()
+            .filter(|o| !o.done() && !self.quiet(o, now))
+            .map(|o| {
+                o.max_timestamp
+                    .map_or(i64::MIN, |t| t.saturating_sub(*bound).saturating_sub(1))
+            })
+            .min()
+    }
+
+    /// With event time, the subtask is idle when it owns no partition it still reads (more
+    /// subtasks than partitions: with no idleness at all such a subtask would hold every
+    /// downstream watermark at its minimum forever) or every one it owns has been quiet for the
+    /// idle timeout.
+    fn idle_at(&self, now: Instant) -> bool {
+        self.timestamps.is_some()
+            && self.started
+            && self
+                .owned
+                .values()
+                .filter(|o| !o.done())
+                .all(|o| self.quiet(o, now))
+    }
+
     fn mine(&self, topic: &str, partition: i32) -> bool {
         owner(topic, partition, self.parallelism) == self.subtask
     }
@@ -242,6 +281,7 @@ impl<T: Data> KafkaSourceReader<T> {
                         next,
                         stop,
                         max_timestamp: None,
+                        last_active: Instant::now(),
                     },
                 ));
             }
@@ -315,6 +355,7 @@ impl<T: Data> KafkaSourceReader<T> {
                             next: p.offset,
                             stop: p.stop,
                             max_timestamp: None,
+                            last_active: Instant::now(),
                         },
                     );
                 }
@@ -440,6 +481,7 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
         }
         let mut emitted = 0;
         let mut eof = false;
+        let now = Instant::now();
         while emitted < MAX_BATCH {
             let Some(message) = self.consumer.poll(Duration::ZERO) else {
                 break;
@@ -470,6 +512,7 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
                         ))
                     })?;
                     owned.next = m.offset() + 1;
+                    owned.last_active = now;
                     if let Some((timestamps, _)) = &self.timestamps {
                         // A record without a timestamp keeps its partition's latest.
                         let ts = record.timestamp.or(owned.max_timestamp).unwrap_or(i64::MIN + 1);
@@ -503,18 +546,12 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
         Ok(true)
     }
 
-    /// The smallest of the owned partitions' watermarks (a partition's largest timestamp less
-    /// the bound; one not read from yet holds event time back, as in Flink without idleness).
     fn watermark(&self) -> Option<i64> {
-        let (_, bound) = self.timestamps.as_ref()?;
-        self.owned
-            .values()
-            .filter(|o| !o.done())
-            .map(|o| {
-                o.max_timestamp
-                    .map_or(i64::MIN, |t| t.saturating_sub(*bound).saturating_sub(1))
-            })
-            .min()
+        self.watermark_at(Instant::now())
+    }
+
+    fn idle(&self) -> bool {
+        self.idle_at(Instant::now())
     }
 
     fn positions(&self) -> Vec<String> {
@@ -688,21 +725,13 @@ mod tests {
             watermark_out_of_orderness: Some(Duration::from_millis(100)),
             ..SourceOptions::new("127.0.0.1:1", Subscription::Topics(vec!["t".into()]))
         });
-        let ctx = ConnectorContext {
-            job_id: String::new(),
-            subtask: 0,
-            parallelism: 1,
-            attempt: 0,
-            configuration: BTreeMap::new(),
-            checkpointing: false,
-            restored: None,
-            timestamps: Some(floe_datastream::connector::RecordTimestamps::default()),
-        };
+        let ctx = event_time_context();
         let mut reader = KafkaSourceReader::new(options, crate::records::value_bytes(), &ctx).unwrap();
         let part = |next, stop, max_timestamp| Owned {
             next,
             stop,
             max_timestamp,
+            last_active: Instant::now(),
         };
         reader.owned.insert(("t".into(), 0), part(5, None, Some(10_000)));
         reader.owned.insert(("t".into(), 1), part(9, None, Some(4_000)));
@@ -722,6 +751,89 @@ mod tests {
         // Without event time the source gives no watermark.
         reader.timestamps = None;
         assert_eq!(reader.watermark(), None);
+    }
+
+    /// Subtask 0 of 1, with event time.
+    fn event_time_context() -> ConnectorContext {
+        ConnectorContext {
+            job_id: String::new(),
+            subtask: 0,
+            parallelism: 1,
+            attempt: 0,
+            configuration: BTreeMap::new(),
+            checkpointing: false,
+            restored: None,
+            timestamps: Some(floe_datastream::connector::RecordTimestamps::default()),
+        }
+    }
+
+    /// Issue 31, item 10: a partition that goes quiet stops holding event time back once the
+    /// idle timeout passes, and rejoins with its next record; a subtask whose partitions are all
+    /// quiet, or that owns none, is idle. Without a timeout a quiet partition holds event time.
+    #[test]
+    fn quiet_partitions_drop_out_of_the_watermark_after_the_idle_timeout() {
+        let mut options = SourceOptions::new("localhost:1", Subscription::Topics(vec!["t".into()]));
+        options.watermark_out_of_orderness = Some(Duration::from_millis(100));
+        let ctx = event_time_context();
+        let start = Instant::now();
+        let part = |max_timestamp, active_ms| Owned {
+            next: 0,
+            stop: None,
+            max_timestamp,
+            last_active: start + Duration::from_millis(active_ms),
+        };
+        let reader_with = |timeout: Option<u64>| {
+            let mut options = options.clone();
+            options.watermark_idle_timeout = timeout.map(Duration::from_millis);
+            let mut reader =
+                KafkaSourceReader::new(Arc::new(options), crate::records::value_bytes(), &ctx).unwrap();
+            reader.started = true;
+            reader
+        };
+        let at = |ms| start + Duration::from_millis(ms);
+
+        // Partition 1 gave its last record at 0 ms, partition 0 keeps going.
+        let mut reader = reader_with(Some(500));
+        reader.owned.insert(("t".into(), 0), part(Some(10_000), 900));
+        reader.owned.insert(("t".into(), 1), part(Some(4_000), 0));
+        assert_eq!(
+            reader.watermark_at(at(400)),
+            Some(3_899),
+            "not quiet for long enough yet"
+        );
+        assert_eq!(
+            reader.watermark_at(at(1_000)),
+            Some(9_899),
+            "partition 1 quiet for 1 s"
+        );
+        assert!(!reader.idle_at(at(1_000)), "partition 0 is active");
+        assert!(
+            reader.idle_at(at(1_400)),
+            "both quiet for 500 ms: the subtask is idle"
+        );
+        assert_eq!(reader.watermark_at(at(1_400)), None);
+        // Partition 1 has a record again: it holds event time back again.
+        reader.owned.get_mut(&("t".to_string(), 1)).unwrap().last_active = at(1_500);
+        assert!(!reader.idle_at(at(1_600)));
+        assert_eq!(reader.watermark_at(at(1_600)), Some(3_899));
+
+        // Without a timeout, a partition quiet for an hour still holds event time back.
+        let mut reader = reader_with(None);
+        reader.owned.insert(("t".into(), 0), part(Some(10_000), 0));
+        reader.owned.insert(("t".into(), 1), part(Some(4_000), 0));
+        assert_eq!(reader.watermark_at(at(3_600_000)), Some(3_899));
+        assert!(!reader.idle_at(at(3_600_000)));
+
+        // A subtask that owns no partition (more subtasks than partitions) is idle, timeout or
+        // not, but only once it has learnt its partitions.
+        let mut reader = reader_with(None);
+        assert!(reader.idle_at(at(0)));
+        reader.started = false;
+        assert!(!reader.idle_at(at(0)));
+        // Without event time there is no idleness to speak of.
+        let mut reader = reader_with(Some(500));
+        reader.timestamps = None;
+        assert!(!reader.idle_at(at(10_000)));
     }
 
     #[test]

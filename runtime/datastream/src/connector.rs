@@ -106,6 +106,12 @@ pub trait SourceReader<T>: Send {
     fn watermark(&self) -> Option<i64> {
         None
     }
+    /// Every split this reader owns has gone quiet for the idle timeout, or it owns none: the
+    /// subtask is idle and downstream watermarks go on without it until it has records again
+    /// (Flink's `WatermarkStrategy.withIdleness`). Default: never.
+    fn idle(&self) -> bool {
+        false
+    }
     /// The positions checkpoint `checkpoint` records (Flink's `snapshotState(checkpointId)`): by
     /// default [`SourceReader::positions`]. A reader that acts once the checkpoint completes
     /// (commits offsets to an external system) remembers here what it snapshotted for it.
@@ -152,6 +158,10 @@ impl<T: Data, R: SourceReader<T>> crate::io::Source<T> for ReaderSource<R, T> {
 
     fn watermark(&self) -> Option<i64> {
         self.reader.watermark()
+    }
+
+    fn idle(&self) -> bool {
+        self.reader.idle()
     }
 
     fn snapshot(&mut self, checkpoint: u64) -> String {

@@ -329,12 +329,20 @@ pub(crate) struct SourceHead<T, S> {
     pub metrics: Arc<TaskMetrics>,
     /// The last watermark the source's splits gave (sources that know their event time).
     pub watermark: i64,
+    /// Whether the chain was last told the source is idle.
+    pub idle: bool,
 }
 
 #[async_trait]
 impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
     async fn produce(&mut self) -> Result<bool> {
         let more = self.source.produce(&mut *self.chain).await?;
+        let idle = self.source.idle();
+        if idle != self.idle {
+            self.idle = idle;
+            self.chain
+                .on_time(if idle { TimeEvent::Idle } else { TimeEvent::Active });
+        }
         if let Some(w) = self.source.watermark()
             && w > self.watermark
         {

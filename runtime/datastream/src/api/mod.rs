@@ -357,6 +357,7 @@ impl StreamExecutionEnvironment {
                 chain: Box::new(counted),
                 metrics: ctx.metrics.clone(),
                 watermark: crate::time::MIN_WATERMARK,
+                idle: false,
             }) as Box<dyn Head>)
         });
         self.add_source("source", format!("Source: {name}"), Par::Default, factory)
@@ -489,6 +490,7 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
             chain: Box::new(counted),
             metrics: ctx.metrics.clone(),
             watermark: crate::time::MIN_WATERMARK,
+            idle: false,
         }));
     };
     let mut sources = Vec::with_capacity(restore.sources.len());
@@ -508,6 +510,7 @@ fn source_head<T: Data, S: io::Source<T> + 'static>(
         chain: Box::new(counted),
         metrics: ctx.metrics.clone(),
         watermark: crate::time::MIN_WATERMARK,
+        idle: false,
     }))
 }
 

@@ -140,6 +140,12 @@ pub(crate) trait Source<T>: Send {
     fn watermark(&self) -> Option<i64> {
         None
     }
+    /// The source has nothing to say about event time now (every split it reads has gone quiet
+    /// for its idle timeout, or it reads none): downstream watermarks go on without it until it
+    /// is active again (Flink's `WatermarkStatus.IDLE`).
+    fn idle(&self) -> bool {
+        false
+    }
     /// The position checkpoint `checkpoint` records: [`Source::position`], unless the source
     /// remembers what it snapshotted for the checkpoint's completion.
     fn snapshot(&mut self, checkpoint: u64) -> String {
@@ -232,7 +238,13 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
     /// The splits' watermarks combine as a task's channels do: the smallest (a finished split
     /// holds nothing back).
     fn watermark(&self) -> Option<i64> {
-        self.sources.iter().map(|s| s.watermark()).min().flatten()
+        // An idle split holds nothing back while another is active.
+        let active = self.sources.iter().filter(|s| !s.idle());
+        active.map(|s| s.watermark()).min().flatten()
+    }
+
+    fn idle(&self) -> bool {
+        !self.sources.is_empty() && self.sources.iter().all(|s| s.idle())
     }
 
     fn snapshot(&mut self, checkpoint: u64) -> String {
