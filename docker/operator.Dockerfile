@@ -9,7 +9,7 @@
 #
 # Build arguments: BUILDER_IMAGE, BASE_IMAGE and, with `--target prebuilt`, BINARY, as in
 # worker.Dockerfile. Deployed by the Helm chart in charts/floe-operator, which passes
-# `run --default-image ... --health-address 0.0.0.0:8080` as args.
+# `run --default-image ... --health-address [::]:8080` as args.
 
 ARG BUILDER_IMAGE=docker.io/library/rust:1.95-slim-bookworm
 ARG BASE_IMAGE=gcr.io/distroless/cc-debian12:nonroot
@@ -25,6 +25,8 @@ FROM runtime AS prebuilt
 ARG BINARY=floe-operator
 COPY ${BINARY} /usr/local/bin/floe-operator
 
+# Nothing beyond the Rust image: ring, the operator's one C library, builds with its gcc (the
+# containers test builds it on a stand-in for the Rust image).
 FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
 COPY . .

@@ -36,11 +36,17 @@ FROM runtime AS prebuilt
 ARG BINARY=floe
 COPY ${BINARY} /usr/local/bin/floe
 
-# The binary built here: RocksDB's C++ needs clang and libclang.
-FROM ${BUILDER_IMAGE} AS build
+# What the build calls beyond the Rust image (which has gcc and libc6-dev): RocksDB's C++ is
+# compiled with `c++` (clang++ here) and its bindings generated with libclang; librdkafka (bundled
+# by rdkafka-sys) runs its own `./configure` (a shell script) and then `make`. The containers test
+# runs this stage on a clean Debian 12 and builds librdkafka in it.
+FROM ${BUILDER_IMAGE} AS build-tools
 RUN apt-get update \
- && apt-get install -y --no-install-recommends clang libclang-dev \
+ && apt-get install -y --no-install-recommends clang libclang-dev make \
  && rm -rf /var/lib/apt/lists/*
+
+# The binary built here.
+FROM build-tools AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p floe --bin floe \

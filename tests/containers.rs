@@ -385,6 +385,57 @@ fn the_users_image_runs_its_own_binary() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Issue 32, blocker 2: the worker image's `build-tools` stage (its real `apt-get install`), run on
+/// a clean Debian 12 with what `rust:1.95-slim-bookworm` has, builds every C library the release
+/// build compiles but RocksDB (librdkafka with its `./configure` and `make`, zlib, lz4, mimalloc,
+/// ring), and has what RocksDB's build calls: `c++` compiling C++17 with the standard library, and
+/// libclang for its bindings. RocksDB's own compile (about 20 minutes) is left to the release
+/// workflow. The operator image's build stage has no `build-tools`: ring, its one C library, builds
+/// on the Rust image as it is.
+fn the_build_stages_build_their_c_libraries_on_a_clean_debian_12() -> Result<(), Failed> {
+    use common::build_stage;
+    build_stage::rust_slim_bookworm();
+    let tools = "floe-test/worker-build-tools:local";
+    build_stage::build_tools_image("worker.Dockerfile", tools);
+    let crates = [
+        "-p",
+        "rdkafka-sys",
+        "-p",
+        "libz-sys",
+        "-p",
+        "lz4-sys",
+        "-p",
+        "libmimalloc-sys",
+        "-p",
+        "ring",
+    ];
+    let built = build_stage::cargo_build_in(tools, &crates)
+        .map_err(|e| format!("the worker's build stage cannot build its C libraries:\n{e}"))?;
+    if !built.contains("Compiling rdkafka-sys") {
+        return Err(format!("librdkafka was not built: {built}").into());
+    }
+    let rocksdb_tools = sh(
+        "docker",
+        &[
+            "run",
+            "--rm",
+            tools,
+            "sh",
+            "-c",
+            "printf '#include <atomic>\\n#include <memory>\\n#include <string>\\n#include <thread>\\n\
+             int main() { std::atomic<int> a{0}; auto s = std::make_unique<std::string>(\"x\"); \
+             std::thread t([&] { a += s->size(); }); t.join(); return a - 1; }\\n' > /tmp/t.cc \
+             && c++ -std=c++17 -pthread -o /tmp/t /tmp/t.cc && /tmp/t && ls /usr/lib/llvm-*/lib/libclang*.so*",
+        ],
+    );
+    if !rocksdb_tools.contains("libclang") {
+        return Err(format!("no libclang for RocksDB's bindings: {rocksdb_tools}").into());
+    }
+    build_stage::cargo_build_in(build_stage::RUST_SLIM_BOOKWORM, &["-p", "ring"])
+        .map_err(|e| format!("the operator's build stage cannot build ring:\n{e}"))?;
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let docker = images::works("docker", &["info"]);
@@ -407,6 +458,10 @@ fn main() {
         Trial::test(
             "the_users_image_runs_its_own_binary",
             the_users_image_runs_its_own_binary,
+        ),
+        Trial::test(
+            "the_build_stages_build_their_c_libraries_on_a_clean_debian_12",
+            the_build_stages_build_their_c_libraries_on_a_clean_debian_12,
         ),
     ];
     let trials = trials.into_iter().map(|t| t.with_ignored_flag(!docker)).collect();

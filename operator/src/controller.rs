@@ -38,6 +38,11 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("FlinkJob {0} has no namespace")]
     NoNamespace(String),
+    /// The status write found the FlinkJob changed since this reconcile read it (its
+    /// resourceVersion): written anyway, it could drop what another writer recorded, such as the
+    /// trigger id of a savepoint in flight. The reconcile runs again on the object as it is now.
+    #[error("FlinkJob {0} changed since it was read")]
+    StatusConflict(String),
 }
 
 impl Error {
@@ -47,6 +52,7 @@ impl Error {
             Error::Kube(_) => "Kube",
             Error::Finalizer(_) => "Finalizer",
             Error::NoNamespace(_) => "NoNamespace",
+            Error::StatusConflict(_) => "StatusConflict",
         }
     }
 }
@@ -144,10 +150,7 @@ async fn reconcile_object(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Resu
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &flinkjob_resource());
     finalizer(&api, FINALIZER, object, |event| async {
         match event {
-            Finalizer::Apply(object) => match decode(&object) {
-                Ok(job) => apply(Arc::new(job), ctx.clone()).await,
-                Err(message) => undecodable(&object, &message, &ctx).await,
-            },
+            Finalizer::Apply(object) => apply_latest(&api, object, &ctx).await,
             Finalizer::Cleanup(object) => match decode(&object) {
                 Ok(job) => cleanup(Arc::new(job), ctx.clone()).await,
                 // Nothing to ask its JobManager with; the owned objects go with the FlinkJob.
@@ -157,6 +160,70 @@ async fn reconcile_object(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Resu
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// How many times a reconcile runs on a FlinkJob that keeps changing under its status writes.
+const STATUS_ATTEMPTS: usize = 3;
+
+/// [`apply`] (or [`undecodable`]); when its status write finds the FlinkJob changed since it was
+/// read, again on the object read anew, up to [`STATUS_ATTEMPTS`] times, then the error (retried
+/// later by [`error_policy`]).
+async fn apply_latest(
+    api: &Api<DynamicObject>,
+    object: Arc<DynamicObject>,
+    ctx: &Arc<Context>,
+) -> Result<Action> {
+    let mut object = object;
+    let mut attempt = 1;
+    loop {
+        let result = match decode(&object) {
+            Ok(job) => apply(Arc::new(job), ctx.clone()).await,
+            Err(message) => undecodable(&object, &message, ctx).await,
+        };
+        match result {
+            Err(Error::StatusConflict(name)) if attempt < STATUS_ATTEMPTS => {
+                tracing::info!(job = %name, attempt, "the FlinkJob changed meanwhile; reconciling it again");
+                object = Arc::new(api.get(&name).await.map_err(Error::Kube)?);
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The status patch: server-side apply by the operator's field manager, with the resourceVersion
+/// the reconcile read as a precondition (a 409 when the object changed since: see
+/// [`Error::StatusConflict`]).
+fn status_patch(
+    name: &str,
+    resource_version: Option<&String>,
+    status: serde_json::Value,
+) -> serde_json::Value {
+    let mut metadata = serde_json::json!({ "name": name });
+    if let Some(version) = resource_version {
+        metadata["resourceVersion"] = version.clone().into();
+    }
+    serde_json::json!({
+        "apiVersion": floe_manifest::API_VERSION,
+        "kind": floe_manifest::KIND,
+        "metadata": metadata,
+        "status": status,
+    })
+}
+
+/// Sends a status patch; a 409 is [`Error::StatusConflict`].
+async fn patch_status<K>(api: &Api<K>, name: &str, patch: serde_json::Value) -> Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .patch_status(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::StatusConflict(name.to_string())),
+        Err(e) => Err(Error::Kube(e)),
+    }
 }
 
 /// A FlinkJob the types refuse (a value the schema let through): `Ready=False`, `InvalidSpec`
@@ -199,18 +266,27 @@ async fn undecodable(object: &DynamicObject, message: &str, ctx: &Context) -> Re
         &object.namespace().unwrap_or_default(),
         &flinkjob_resource(),
     );
-    let patch = serde_json::json!({
-        "apiVersion": floe_manifest::API_VERSION,
-        "kind": floe_manifest::KIND,
-        "status": status,
-    });
-    api.patch_status(
+    // Only what this says changes: the rest of the status (the deployment, a savepoint in flight,
+    // the savepoint history) stays for when the spec decodes again.
+    let mut merged = match object.data.get("status") {
+        Some(existing @ serde_json::Value::Object(_)) => existing.clone(),
+        _ => serde_json::json!({}),
+    };
+    let fresh = serde_json::to_value(&status).unwrap_or_default();
+    if let (Some(merged), Some(fresh)) = (merged.as_object_mut(), fresh.as_object()) {
+        for key in ["lifecycleState", "conditions", "observedGeneration", "error"] {
+            match fresh.get(key) {
+                Some(value) => merged.insert(key.to_string(), value.clone()),
+                None => merged.remove(key),
+            };
+        }
+    }
+    let patch = status_patch(
         &object.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await
-    .map_err(Error::Kube)?;
+        object.metadata.resource_version.as_ref(),
+        merged,
+    );
+    patch_status(&api, &object.name_any(), patch).await?;
     Ok(Action::await_change())
 }
 
@@ -259,19 +335,9 @@ async fn write_status(ctx: &Context, job: &FlinkJob, status: &FlinkJobStatus) ->
         return Ok(());
     }
     let api: Api<FlinkJob> = Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
-    let patch = serde_json::json!({
-        "apiVersion": floe_manifest::API_VERSION,
-        "kind": floe_manifest::KIND,
-        "status": status,
-    });
-    api.patch_status(
-        &job.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(patch),
-    )
-    .await
-    .map_err(Error::Kube)?;
-    Ok(())
+    let status = serde_json::to_value(status).unwrap_or_default();
+    let patch = status_patch(&job.name_any(), job.metadata.resource_version.as_ref(), status);
+    patch_status(&api, &job.name_any(), patch).await
 }
 
 /// What the JobManager says, as an observation.
@@ -435,9 +501,12 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         .namespace()
         .ok_or_else(|| Error::NoNamespace(job.name_any()))?;
     let now = Timestamp::now();
-    if let Err(e) = job.validate_for_cluster() {
+    let invalid = match job.validate_for_cluster() {
+        Err(e) => Some(e.to_string()),
+        Ok(()) => status::storage_moved(&job),
+    };
+    if let Some(message) = invalid {
         // Not an error of the reconcile: retrying cannot fix it, a new spec can (await_change).
-        let message = e.to_string();
         let status = status::compute(&job, &Observed::InvalidSpec(message.clone()), now);
         let known = job.status.as_ref().and_then(|s| s.error.as_ref()) == Some(&message);
         if !known {
@@ -488,6 +557,9 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         (None, Some(look)) => look,
         (None, None) => observe(&ctx, &url).await,
     };
+    // The savepoints above saw everything (the old job's stop savepoint); from here on, only this
+    // deployment's job counts.
+    let observed = status::of_this_deployment(job, observed, now.as_millisecond());
     let taskmanagers = status::taskmanager_replicas(job, &observed);
     let replicas = resources::Replicas {
         jobmanagers: status::jobmanager_replicas(job, &observed, now.as_millisecond()),

@@ -10,8 +10,9 @@ use kube::Client;
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
-/// The Lease the replicas compete for.
-pub const LEASE_NAME: &str = "floe-operator-leader";
+/// The Lease the replicas compete for, unless told another (`--lease-name`: the chart names it
+/// after its release, so two releases in one namespace never share one).
+pub const DEFAULT_LEASE_NAME: &str = "floe-operator-leader";
 /// How long a holder's Lease lasts without a renewal (seconds): a replica on a lost node is
 /// replaced within this.
 const LEASE_DURATION_S: u64 = 15;
@@ -21,9 +22,9 @@ const LEASE_GRACE_S: u64 = 5;
 /// Why a replica stopped leading.
 #[derive(Debug, thiserror::Error)]
 pub enum LostLeadership {
-    #[error("another operator replica holds the Lease {LEASE_NAME} now: stopping this one")]
+    #[error("another operator replica holds the Lease now: stopping this one")]
     Lost,
-    #[error("the election of Lease {LEASE_NAME} ended: {0}")]
+    #[error("the election ended: {0}")]
     ElectionEnded(String),
 }
 
@@ -41,7 +42,7 @@ pub async fn while_leading<F: Future<Output = ()>>(
             ));
         }
     }
-    tracing::info!(lease = LEASE_NAME, "leading: reconciling FlinkJobs");
+    tracing::info!("leading: reconciling FlinkJobs");
     tokio::pin!(work);
     loop {
         tokio::select! {
@@ -55,29 +56,30 @@ pub async fn while_leading<F: Future<Output = ()>>(
     }
 }
 
-/// Competes for the Lease in `namespace` as `identity` (the pod's name), and runs `work` while
-/// leading. The Lease is released when this returns, so a successor takes over at once.
+/// Competes for the Lease `lease` in `namespace` as `identity` (the pod's name), and runs `work`
+/// while leading. The Lease is released when this returns, so a successor takes over at once.
 pub async fn run_elected<F: Future<Output = ()>>(
     client: Client,
     namespace: &str,
+    lease: &str,
     identity: &str,
     work: F,
 ) -> anyhow::Result<()> {
-    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
+    let manager = LeaseManagerBuilder::new(client, lease)
         .with_namespace(namespace)
         .with_identity(identity)
         .with_duration(LEASE_DURATION_S)
         .with_grace(LEASE_GRACE_S)
         .build()
         .await?;
-    tracing::info!(lease = LEASE_NAME, namespace, identity, "waiting to lead");
+    tracing::info!(lease, namespace, identity, "waiting to lead");
     let (leading, election) = manager.watch().await;
     let result = while_leading(leading, work).await;
     // The receiver is gone: the election task releases the Lease and ends.
     if let Ok(Err(e)) = election.await {
         tracing::warn!(error = %e, "releasing the Lease");
     }
-    Ok(result?)
+    result.map_err(|e| anyhow::anyhow!("Lease {namespace}/{lease}: {e}"))
 }
 
 #[cfg(test)]

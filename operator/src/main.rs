@@ -51,8 +51,20 @@ enum Command {
         default_image: String,
     },
     /// Remove the operator's finalizer from every FlinkJob (the chart's pre-delete hook), so that
-    /// FlinkJobs and their namespaces can be deleted after the operator is gone.
-    ReleaseFinalizers,
+    /// FlinkJobs and their namespaces can be deleted after the operator is gone. A running operator
+    /// adds the finalizer back: name its Deployment and it is scaled to zero first.
+    ReleaseFinalizers {
+        /// The operator's Deployment: scaled to 0 replicas, and its pods waited for, before any
+        /// finalizer is released.
+        #[arg(long)]
+        operator_deployment: Option<String>,
+        /// The Deployment's namespace (the chart passes the hook pod's).
+        #[arg(long, env = "POD_NAMESPACE", requires = "operator_deployment")]
+        operator_namespace: Option<String>,
+        /// How long to wait for the operator's pods to go.
+        #[arg(long, default_value_t = 120)]
+        stop_timeout_s: u64,
+    },
     /// Run the controller.
     Run {
         /// Worker image for FlinkJobs without spec.image.
@@ -66,7 +78,7 @@ enum Command {
         #[arg(long, env = "FLOE_WATCH_NAMESPACES", value_delimiter = ',')]
         watch_namespaces: Vec<String>,
         /// Where `/healthz` is served.
-        #[arg(long, default_value = "0.0.0.0:8080")]
+        #[arg(long, default_value = "[::]:8080")]
         health_address: SocketAddr,
         /// Give every job a NetworkPolicy that lets in only its own pods and this operator (which
         /// the policy finds by `--operator-namespace` and `--operator-pod-labels`).
@@ -86,10 +98,13 @@ enum Command {
         /// The Prometheus pods' labels, `key=value,...`.
         #[arg(long, requires = "metrics_scraper_namespace")]
         metrics_scraper_pod_labels: Option<String>,
-        /// Reconcile only while holding the Lease `floe-operator-leader` in `--operator-namespace`,
-        /// so several replicas never reconcile at once.
+        /// Reconcile only while holding the Lease `--lease-name` in `--operator-namespace`, so
+        /// several replicas never reconcile at once.
         #[arg(long, requires = "operator_namespace")]
         leader_election: bool,
+        /// The Lease of the election (the chart's: `{release fullname}-leader`).
+        #[arg(long, default_value = floe_operator::leader::DEFAULT_LEASE_NAME)]
+        lease_name: String,
         /// This replica's name in the election (the chart passes the pod's name).
         #[arg(long, env = "POD_NAME", default_value = "floe-operator")]
         identity: String,
@@ -138,9 +153,31 @@ async fn run() -> anyhow::Result<()> {
                 render_yaml(&job, &defaults, k8s_openapi::jiff::Timestamp::now(), what)
             );
         }
-        Command::ReleaseFinalizers => {
+        Command::ReleaseFinalizers {
+            operator_deployment,
+            operator_namespace,
+            stop_timeout_s,
+        } => {
             let client = kube::Client::try_default().await?;
-            let released = floe_operator::uninstall::release_finalizers(client).await?;
+            let operator = match operator_deployment {
+                Some(name) => Some(floe_operator::uninstall::OperatorDeployment {
+                    namespace: operator_namespace.unwrap_or_else(|| client.default_namespace().to_string()),
+                    name,
+                }),
+                None => {
+                    eprintln!(
+                        "warning: no --operator-deployment: an operator still running adds the \
+                         finalizers back"
+                    );
+                    None
+                }
+            };
+            let released = floe_operator::uninstall::uninstall(
+                client,
+                operator.as_ref(),
+                std::time::Duration::from_secs(stop_timeout_s),
+            )
+            .await?;
             println!(
                 "released the finalizer of {} FlinkJob(s): {}",
                 released.len(),
@@ -157,6 +194,7 @@ async fn run() -> anyhow::Result<()> {
             metrics_scraper_namespace,
             metrics_scraper_pod_labels,
             leader_election,
+            lease_name,
             identity,
         } => {
             let mut defaults = Defaults::image(&default_image);
@@ -177,7 +215,8 @@ async fn run() -> anyhow::Result<()> {
             }
             let client = kube::Client::try_default().await?;
             let ctx = Context::new(client.clone(), Arc::new(RestClient::default()), defaults);
-            let health = tokio::net::TcpListener::bind(health_address).await?;
+            // `[::]` takes IPv4 and IPv6 (IPv6-only clusters too), IPv4 alone without IPv6.
+            let health = floe_net::bind(health_address).await?;
             let metrics = ctx.metrics.clone();
             let app = axum::Router::new()
                 .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -203,7 +242,14 @@ async fn run() -> anyhow::Result<()> {
             let controller = controller::run(client.clone(), namespaces, ctx);
             match operator_namespace.filter(|_| leader_election) {
                 Some(namespace) => {
-                    floe_operator::leader::run_elected(client, &namespace, &identity, controller).await?;
+                    floe_operator::leader::run_elected(
+                        client,
+                        &namespace,
+                        &lease_name,
+                        &identity,
+                        controller,
+                    )
+                    .await?;
                 }
                 None => controller.await,
             }

@@ -161,6 +161,51 @@ pub fn job_ended(job: &FlinkJob, observed: &Observed) -> bool {
     }
 }
 
+/// Why the spec cannot be deployed where the last one ran (issue 32, item 7): a `last-state`
+/// upgrade starts from the job's operation log and latest checkpoint in `spec.storage`; moved to
+/// other storage, it would find nothing there and silently start the job over. A `savepoint` or
+/// `stateless` upgrade may move it (the savepoint lies in `state.savepoints.dir`).
+pub fn storage_moved(job: &FlinkJob) -> Option<String> {
+    if job.spec.job.upgrade_mode != UpgradeMode::LastState {
+        return None;
+    }
+    let recorded = job.status.as_ref()?.deployed.as_ref()?;
+    let before = recorded.storage.as_deref()?;
+    let now = job.spec.storage.as_ref().map(|s| s.url.as_str());
+    let new_deployment = Some(recorded.generation) != resources::deployed_generation(job);
+    (new_deployment && now != Some(before)).then(|| {
+        format!(
+            "spec.storage.url: the job runs with its state in {before:?}; a last-state upgrade starts              from there and would find nothing in {}: put spec.storage back, or upgrade with              spec.job.upgradeMode savepoint (its savepoint moves the state) or stateless",
+            now.map_or_else(|| "no storage".to_string(), |u| format!("{u:?}"))
+        )
+    })
+}
+
+/// What the JobManager says, of this deployment's job only (issue 32, item 5): a job that started
+/// before the deployed generation was applied is its predecessor's, seen on the old JobManager
+/// while the Deployment's Recreate strategy stops it, or restored from the operation log by the
+/// new one before it submits its own job. Its end (FINISHED after an upgrade's
+/// stop-with-savepoint) must not end this deployment: no TaskManagers scaled to zero, no shutdown
+/// TTL counted from the old job's end, no Ready=True. Seen as no job yet. The rule is the one
+/// [`compute`] uses for a deployment whose job runs. A status written before deployments
+/// recorded their time filters nothing.
+pub fn of_this_deployment(job: &FlinkJob, observed: Observed, now_ms: i64) -> Observed {
+    let Observed::Job(j) = &observed else {
+        return observed;
+    };
+    let recorded = job.status.as_ref().and_then(|s| s.deployed.as_ref());
+    let since = match recorded {
+        Some(d) if Some(d.generation) == resources::deployed_generation(job) => d.time,
+        // Deployed by this reconcile.
+        Some(_) => Some(now_ms),
+        None => None,
+    };
+    match (since, j.start_time_ms) {
+        (Some(since), Some(start)) if (start as i64) < since => Observed::NoJob,
+        _ => observed,
+    }
+}
+
 /// The JobManagers to run: one, but none once the job ended longer than
 /// `kubernetes.operator.jm-deployment.shutdown-ttl` (1 d) ago: until then it serves the ended
 /// job's REST API, as in Flink's operator; the status keeps the job's last state after.
@@ -394,12 +439,18 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         task_manager_selector: Some(selector_string(job, Component::TaskManager)),
         error,
         autoscaler,
-        deployed: Some(DeployedSpec {
-            generation: generation_now,
-            spec_hash: resources::spec_hash(job),
-            savepoint: deployed_savepoint,
-            time: deployed_time,
-        }),
+        deployed: match observed {
+            // Nothing was applied: what runs is what ran (a spec refused for moving its storage
+            // must not become the deployed one by being written here).
+            Observed::InvalidSpec(_) if previous.deployed.is_some() => previous.deployed.clone(),
+            _ => Some(DeployedSpec {
+                generation: generation_now,
+                spec_hash: resources::spec_hash(job),
+                savepoint: deployed_savepoint,
+                time: deployed_time,
+                storage: job.spec.storage.as_ref().map(|s| s.url.clone()),
+            }),
+        },
         last_stable_spec,
         rolled_back_generation: match rollback {
             Rollback::RolledBack { generation, .. } => Some(generation),
@@ -566,6 +617,55 @@ mod tests {
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(s).unwrap()
+    }
+
+    /// Issue 32, item 7: a last-state upgrade that moves `spec.storage` would find no operation
+    /// log and start the job over. It is refused, naming the field, and the deployment recorded
+    /// stays the one that runs (the next reconcile refuses it again).
+    #[test]
+    fn a_last_state_upgrade_that_moves_the_storage_is_refused_and_the_deployment_stays() {
+        let mut job = job();
+        job.spec.job.upgrade_mode = UpgradeMode::LastState;
+        let before = job.spec.storage.as_ref().unwrap().url.clone();
+        job.status = Some(compute(
+            &job,
+            &Observed::Job(running("RUNNING")),
+            at(1_700_000_100),
+        ));
+        assert_eq!(storage_moved(&job), None, "nothing moved");
+
+        let mut moved = job.clone();
+        moved.metadata.generation = Some(4);
+        moved.spec.storage.as_mut().unwrap().url = "s3://other-bucket/jobs".into();
+        let message = storage_moved(&moved).expect("a move of last-state storage is refused");
+        assert!(message.starts_with("spec.storage.url"), "{message}");
+        assert!(
+            message.contains(&before) && message.contains("s3://other-bucket/jobs"),
+            "{message}"
+        );
+        let refused = compute(&moved, &Observed::InvalidSpec(message), at(1_700_000_200));
+        assert_eq!(
+            refused.deployed,
+            job.status.as_ref().unwrap().deployed,
+            "nothing was deployed"
+        );
+        assert_eq!(refused.lifecycle_state.as_deref(), Some(lifecycle::FAILED));
+        moved.status = Some(refused);
+        assert!(
+            storage_moved(&moved).is_some(),
+            "refused again on the next reconcile"
+        );
+
+        // A savepoint or stateless upgrade may move it; a scale moves nothing.
+        for mode in [UpgradeMode::Savepoint, UpgradeMode::Stateless] {
+            let mut other = moved.clone();
+            other.spec.job.upgrade_mode = mode;
+            assert_eq!(storage_moved(&other), None, "{mode:?}");
+        }
+        let mut scaled = job.clone();
+        scaled.metadata.generation = Some(5);
+        scaled.spec.task_manager.replicas += 2;
+        assert_eq!(storage_moved(&scaled), None);
     }
 
     fn running(state: &str) -> JobOverview {

@@ -5,7 +5,8 @@
 pub mod channel;
 pub mod convert;
 pub mod fencing;
-pub mod net;
+/// Binding and advertising addresses (the `floe-net` crate, shared with the operator).
+pub use floe_net as net;
 pub mod tls;
 
 #[allow(missing_debug_implementations, clippy::all, clippy::unwrap_used)] // generated code

@@ -410,6 +410,7 @@ pub fn user_job_binary() -> &'static PathBuf {
     })
 }
 
+pub mod build_stage;
 pub mod images;
 pub mod kafka;
 pub mod netns;

@@ -70,6 +70,25 @@ pub fn spec_hash(job: &FlinkJob) -> String {
     config_hash(&hashed_manifest(job))
 }
 
+/// The pod templates' hash (their `floe.dev/config-hash` annotation): what defines the job, the
+/// generation it is deployed at and the savepoint it starts from. A new deployment always rolls
+/// the pods out, even when its spec equals the running one's: after A -> B -> A while B's
+/// stop-with-savepoint was in flight, job A has stopped, and only a JobManager started anew reads
+/// the new manifest (issue 32, item 4). A scale keeps the deployed generation: no rollout.
+pub fn pod_template_hash(job: &FlinkJob) -> String {
+    let savepoint = job
+        .status
+        .as_ref()
+        .and_then(|s| s.deployed.as_ref())
+        .and_then(|d| d.savepoint.as_deref())
+        .unwrap_or("");
+    let generation = deployed_generation(job).map_or_else(String::new, |g| g.to_string());
+    config_hash(&format!(
+        "{}\n# deployed generation {generation}, savepoint {savepoint}\n",
+        hashed_manifest(job)
+    ))
+}
+
 /// The FlinkJob generation the job was deployed at: the current one when what defines the job
 /// changed since (its [`spec_hash`]) or the job resumes from suspended, else the one recorded in
 /// `status.deployed`; while suspended, the recorded one (the resume deploys anew).
@@ -118,15 +137,9 @@ mod tests {
     /// generation. A scale (a new FlinkJob generation, the same spec) keeps the deployed one, so a
     /// JobManager restarted after it resumes the job from its log; a changed spec, or a resume
     /// from suspended, is deployed at the new generation (the job runs anew).
-    #[test]
-    fn a_scale_keeps_the_deployed_generation_and_a_spec_change_or_a_resume_takes_the_new_one() {
-        let manifest_generation = |j: &FlinkJob| {
-            let yaml = config_map(j).data.unwrap()[MANIFEST_FILE].clone();
-            FlinkJob::from_yaml(&yaml).unwrap().metadata.generation
-        };
-        let mut job = example();
-        job.metadata.generation = Some(1);
-        let observed = crate::status::Observed::Job(crate::jobmanager_api::JobOverview {
+    /// The job of the deployment, running.
+    fn running() -> crate::status::Observed {
+        crate::status::Observed::Job(crate::jobmanager_api::JobOverview {
             id: "j".into(),
             name: "wordcount".into(),
             state: "RUNNING".into(),
@@ -136,7 +149,18 @@ mod tests {
             parallelism: Some(4),
             slots_wanted: None,
             autoscaler_decisions: Vec::new(),
-        });
+        })
+    }
+
+    #[test]
+    fn a_scale_keeps_the_deployed_generation_and_a_spec_change_or_a_resume_takes_the_new_one() {
+        let manifest_generation = |j: &FlinkJob| {
+            let yaml = config_map(j).data.unwrap()[MANIFEST_FILE].clone();
+            FlinkJob::from_yaml(&yaml).unwrap().metadata.generation
+        };
+        let mut job = example();
+        job.metadata.generation = Some(1);
+        let observed = running();
         let status = |j: &FlinkJob| crate::status::compute(j, &observed, k8s_openapi::jiff::Timestamp::now());
         job.status = Some(status(&job));
         assert_eq!(
@@ -197,23 +221,69 @@ mod tests {
         );
     }
 
+    /// Issue 32, item 4: spec A runs, B's stop-with-savepoint completes after the spec went back to
+    /// A (a GitOps revert, generation 3). Job A has stopped; the deployment of generation 3 (A,
+    /// from B's savepoint) must reach a new JobManager, so its pods roll out although the spec is
+    /// A's again.
+    #[test]
+    fn a_spec_reverted_during_its_stop_savepoint_still_rolls_the_pods_out() {
+        let mut job = example();
+        job.metadata.generation = Some(1);
+        let observed = running();
+        job.status = Some(crate::status::compute(
+            &job,
+            &observed,
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        let mut reverted = job.clone();
+        reverted.metadata.generation = Some(3);
+        reverted
+            .status
+            .as_mut()
+            .unwrap()
+            .job_status
+            .get_or_insert_with(Default::default)
+            .upgrade_savepoint_path = Some("file:///savepoints/savepoint-7".into());
+        assert_eq!(spec_hash(&reverted), spec_hash(&job), "the spec is A's again");
+        assert_eq!(deployed_generation(&reverted), Some(3));
+        assert_ne!(
+            pods_hash(&reverted),
+            pods_hash(&job),
+            "the stopped job's JobManager must be replaced"
+        );
+        // Once deployed (status records generation 3 and its savepoint), the hash holds still.
+        let mut deployed = reverted.clone();
+        let status = deployed.status.as_mut().unwrap();
+        status.job_status = None;
+        let d = status.deployed.as_mut().unwrap();
+        d.generation = 3;
+        d.savepoint = Some("file:///savepoints/savepoint-7".into());
+        assert_eq!(deployed_generation(&deployed), Some(3));
+        let mut scaled = deployed.clone();
+        scaled.metadata.generation = Some(4);
+        scaled.spec.task_manager.replicas = 7;
+        assert_eq!(pods_hash(&scaled), pods_hash(&deployed), "a scale is no rollout");
+    }
+
+    fn pods_hash(j: &FlinkJob) -> String {
+        desired(j, &defaults())
+            .jobmanager
+            .spec
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .annotations
+            .unwrap()[CONFIG_HASH_ANNOTATION]
+            .clone()
+    }
+
     #[test]
     fn a_spec_change_changes_the_pods_config_hash() {
         let job = example();
         let mut changed = job.clone();
         changed.spec.task_manager.slots = 3;
-        let hash = |j: &FlinkJob| {
-            desired(j, &defaults())
-                .jobmanager
-                .spec
-                .unwrap()
-                .template
-                .metadata
-                .unwrap()
-                .annotations
-                .unwrap()[CONFIG_HASH_ANNOTATION]
-                .clone()
-        };
+        let hash = pods_hash;
         assert_ne!(hash(&job), hash(&changed));
         assert_eq!(hash(&job), hash(&job.clone()));
         let mut scaled = job.clone();

@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::manifest::{MANIFEST_FILE, spec_hash};
+use super::manifest::{MANIFEST_FILE, pod_template_hash};
 use super::{
     CONFIG_DIR, CONFIG_HASH_ANNOTATION, Component, Defaults, REST_PORT, RPC_PORT, RUN_AS_USER,
     TASKMANAGER_METRICS_PORT, TASKMANAGER_PORT, config_map_name, jobmanager_host, labels, meta, object_name,
@@ -328,7 +328,7 @@ pub(super) fn deployment(
         ("prometheus.io/path".to_string(), "/metrics".to_string()),
     ]);
     annotations.extend(template.annotations.clone());
-    annotations.insert(CONFIG_HASH_ANNOTATION.into(), spec_hash(job));
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), pod_template_hash(job));
     Deployment {
         metadata: meta(job, object_name(job, component), Some(component)),
         spec: Some(DeploymentSpec {

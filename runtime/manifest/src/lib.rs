@@ -362,6 +362,10 @@ pub struct DeployedSpec {
     /// rollback counts from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<i64>,
+    /// Its `spec.storage.url` (its operation log and checkpoints): a `last-state` upgrade starts
+    /// from what is there, so it must not move.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
 }
 
 /// The last spec whose job ran (Flink Kubernetes Operator's `lastStableSpec`): what a rollback
@@ -614,6 +618,10 @@ pub const JM_SHUTDOWN_TTL_KEY: &str = "kubernetes.operator.jm-deployment.shutdow
 /// How many completed savepoints `status.jobStatus.savepointInfo.savepointHistory` keeps.
 pub const SAVEPOINT_HISTORY_MAX_COUNT_KEY: &str = "kubernetes.operator.savepoint.history.max.count";
 
+/// Where savepoints go when a trigger names no directory (Flink's key): the operator's upgrade,
+/// suspend and periodic savepoints.
+pub const SAVEPOINT_DIR_KEY: &str = "state.savepoints.dir";
+
 /// Flink's key for the savepoint a job starts from (`spec.job.initialSavepointPath`).
 pub const RECOVERY_PATH_KEY: &str = "execution.state-recovery.path";
 /// Flink's key for starting without a savepoint's unclaimed state (`allowNonRestoredState`).
@@ -690,6 +698,9 @@ impl FlinkJobSpec {
         }
         if let Some(storage) = &self.storage {
             storage.validate()?;
+        }
+        if let Some(dir) = self.configuration.get(SAVEPOINT_DIR_KEY) {
+            storage::validate_url(&format!("spec.configuration[{SAVEPOINT_DIR_KEY}]"), dir)?;
         }
         let checkpoints = self.storage.is_some()
             && self

@@ -105,6 +105,7 @@ impl FlinkJob {
                 );
             }
         }
+        self.validate_savepoint_dir_for_cluster()?;
         for key in CREDENTIAL_KEYS {
             if spec.configuration.contains_key(key) {
                 return field_error(
@@ -127,6 +128,51 @@ impl FlinkJob {
             }
         }
         Ok(())
+    }
+}
+
+impl FlinkJob {
+    /// `state.savepoints.dir` where every pod, and the next deployment, finds it: a savepoint in
+    /// a pod's own directory or in `memory://` is gone with the pod, and an upgrade or resume
+    /// from it then fails (issue 32, item 7). A `file://` directory must lie on the storage's
+    /// PersistentVolumeClaim (under `spec.storage.url`'s directory), the one volume the pods share.
+    fn validate_savepoint_dir_for_cluster(&self) -> Result<()> {
+        let key = crate::SAVEPOINT_DIR_KEY;
+        let Some(dir) = self.spec.configuration.get(key) else {
+            return Ok(());
+        };
+        let field = format!("spec.configuration[{key}]");
+        if dir.starts_with("memory://") {
+            return field_error(
+                field,
+                "memory:// lives in one process: a savepoint there is gone with the JobManager's pod;                  use s3://, or a file:// directory under spec.storage.url on its PersistentVolumeClaim",
+            );
+        }
+        let Some(path) = dir.strip_prefix("file://") else {
+            return Ok(());
+        };
+        let path = path.trim_end_matches('/');
+        let mounted = self
+            .spec
+            .storage
+            .as_ref()
+            .filter(|s| s.persistent_volume_claim.is_some())
+            .and_then(StorageSpec::directory);
+        match mounted {
+            Some(root) if path == root || path.starts_with(&format!("{root}/")) => Ok(()),
+            Some(root) => field_error(
+                field,
+                format!(
+                    "{dir:?} is not on the job's PersistentVolumeClaim, mounted at {root:?}                      (spec.storage.url): a savepoint elsewhere stays in one pod's file system; use a                      directory under it, like file://{root}/savepoints, or s3://"
+                ),
+            ),
+            None => field_error(
+                field,
+                format!(
+                    "{dir:?} in a cluster is a directory of one pod's own file system: a savepoint                      there is gone with the pod; use s3://, or a directory under spec.storage.url on                      its spec.storage.persistentVolumeClaim"
+                ),
+            ),
+        }
     }
 }
 
@@ -210,6 +256,47 @@ spec:
             .and_then(|job| job.validate_for_cluster())
             .unwrap_err()
             .to_string()
+    }
+
+    /// Issue 32, item 7: the savepoint directory is checked like the storage URL, and in a cluster
+    /// it must be where every pod and the next deployment find it.
+    #[test]
+    fn the_savepoint_directory_is_checked_like_the_storage_url() {
+        let with = |storage: &str, dir: &str| {
+            format!("{JOB}  configuration: {{ state.savepoints.dir: \"{dir}\" }}\n  storage: {storage}\n")
+        };
+        let claimed = r#"{ url: "file:///mnt/floe", persistentVolumeClaim: floe-jobs }"#;
+        let s3 = r#"{ url: "s3://jobs/prod" }"#;
+        for (storage, dir) in [
+            (claimed, "file:///mnt/floe/savepoints"),
+            (claimed, "file:///mnt/floe"),
+            (claimed, "s3://jobs/savepoints"),
+            (s3, "s3://jobs/savepoints"),
+        ] {
+            let job = FlinkJob::from_yaml(&with(storage, dir)).unwrap();
+            assert!(job.validate_for_cluster().is_ok(), "{dir} with {storage}");
+        }
+        // Anywhere: a scheme that cannot be opened, named with the field.
+        let err = FlinkJob::from_yaml(&with(s3, "gs://jobs/savepoints"))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("spec.configuration[state.savepoints.dir]"), "{err}");
+        assert!(err.contains("s3:// or file://"), "{err}");
+        // In a cluster: a pod's own directory (beside the claim, or with s3:// storage), memory://.
+        for (storage, dir, says) in [
+            (
+                claimed,
+                "file:///mnt/floe-savepoints",
+                "not on the job's PersistentVolumeClaim",
+            ),
+            (s3, "file:///var/savepoints", "one pod's own file system"),
+            (s3, "memory://savepoints", "memory:// lives in one process"),
+        ] {
+            let err = cluster_error(&with(storage, dir));
+            assert!(err.contains("spec.configuration[state.savepoints.dir]"), "{err}");
+            assert!(err.contains(says), "{dir}: {err}");
+        }
     }
 
     /// Issue 13, item 1: in a cluster, job storage is object storage or a claim the spec names.
