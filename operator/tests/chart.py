@@ -33,7 +33,9 @@ CHART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "ch
 KUBE_VERSION = "1.33.0"
 # Kinds outside the core API (a CRD's): no Kubernetes schema to validate them against. Their
 # structure is checked by hand below.
-NOT_CORE = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+NOT_CORE = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
+# The job pods the operator makes (its golden objects, which a test keeps equal to what it builds).
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
 # The kind end-to-end test's `helm install --set ...` (tests/kind_e2e.rs).
 KIND_TEST = {
@@ -79,6 +81,7 @@ EVERYTHING = {
     "podAnnotations": {"example.com/team": "data"},
     "podLabels": {"team": "data"},
     "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
+    "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}},
 }
 
 # Every optional part off.
@@ -158,6 +161,36 @@ def check_service_monitor(obj, services, label):
                 fail(f"{label}: ServiceMonitor endpoint port {e.get('port')!r} is not a port of {service['metadata']['name']}")
 
 
+def job_pod_templates():
+    """The JobManager's and TaskManager's pod templates, as the operator builds them."""
+    templates = {}
+    for component in ("jobmanager", "taskmanager"):
+        with open(os.path.join(GOLDEN, f"{component}-deployment.yaml")) as f:
+            templates[component] = yaml.safe_load(f)["spec"]["template"]
+    return templates
+
+
+def check_pod_monitor(obj, values, label):
+    """The PodMonitor selects both job pods and names a metrics port of each (the JobManager's
+    REST port, the TaskManagers' 9249), in the namespaces the operator watches."""
+    spec = obj.get("spec", {})
+    selector = spec.get("selector", {}).get("matchLabels", {})
+    ports = {e.get("port") for e in spec.get("podMetricsEndpoints") or []}
+    for component, template in job_pod_templates().items():
+        labels = template["metadata"]["labels"]
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            fail(f"{label}: the PodMonitor's selector {selector} misses the {component} pods ({labels})")
+        named = {p.get("name") for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        scraped = str(template["metadata"]["annotations"].get("prometheus.io/port"))
+        by_number = {str(p.get("containerPort")): p.get("name") for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        if by_number.get(scraped) not in ports & named:
+            fail(f"{label}: the PodMonitor scrapes ports {ports}, not the {component}'s metrics port {scraped} ({by_number})")
+    watched = (values or {}).get("watchNamespaces") or []
+    selector_ns = spec.get("namespaceSelector", {})
+    if watched and selector_ns.get("matchNames") != watched or not watched and selector_ns.get("any") is not True:
+        fail(f"{label}: the PodMonitor's namespaces {selector_ns} are not the watched ones {watched or 'all'}")
+
+
 def render(values, label):
     """The rendered objects (hooks included), each validated; the operator container's args."""
     try:
@@ -181,8 +214,13 @@ def render(values, label):
     operator_args = None
     hook_args = None
     pod_specs = []
+    pod_monitors = 0
     for template, obj in objects:
         kind = (obj.get("apiVersion"), obj.get("kind"))
+        if kind == ("monitoring.coreos.com/v1", "PodMonitor"):
+            check_pod_monitor(obj, values, label)
+            pod_monitors += 1
+            continue
         if kind in NOT_CORE:
             check_service_monitor(obj, services, label)
             continue
@@ -202,6 +240,8 @@ def render(values, label):
             hook_args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
     if operator_args is None:
         fail(f"{label}: no operator Deployment rendered")
+    if values is EVERYTHING and pod_monitors != 1:
+        fail(f"{label}: podMonitor.enabled rendered {pod_monitors} PodMonitors")
     return objects, operator_args, hook_args, pod_specs
 
 
