@@ -70,6 +70,8 @@ pub struct Context {
     pub jobmanager_url: fn(&FlinkJob) -> String,
     /// Reconciles, failures and durations (`/metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Failed reconciles in a row, per FlinkJob (`namespace/name`): [`error_policy`]'s backoff.
+    pub failures: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -94,6 +96,7 @@ impl Context {
             defaults,
             jobmanager_url: in_cluster_jobmanager_url,
             metrics: crate::metrics::Metrics::shared(),
+            failures: Arc::default(),
         }
     }
 }
@@ -102,6 +105,10 @@ impl Context {
 pub fn in_cluster_jobmanager_url(job: &FlinkJob) -> String {
     format!("http://{}:{REST_PORT}", resources::jobmanager_host(job))
 }
+
+/// How often a job whose JobManager was released is looked at again (a resync: its spec changing
+/// wakes the reconcile at once).
+const RELEASED_RESYNC: Duration = Duration::from_secs(3600);
 
 /// How soon to look again at a job in each situation: often while it changes, rarely once it ended.
 fn requeue(observed: &Observed) -> Action {
@@ -137,8 +144,16 @@ pub fn decode(object: &DynamicObject) -> std::result::Result<FlinkJob, String> {
 pub async fn reconcile(object: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action> {
     let started = std::time::Instant::now();
     let metrics = ctx.metrics.clone();
+    let failures = ctx.failures.clone();
+    let key = format!("{}/{}", object.namespace().unwrap_or_default(), object.name_any());
     let result = reconcile_object(object, ctx).await;
     metrics.reconciled(started.elapsed());
+    if result.is_ok() {
+        failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key);
+    }
     result
 }
 
@@ -290,10 +305,30 @@ async fn undecodable(object: &DynamicObject, message: &str, ctx: &Context) -> Re
     Ok(Action::await_change())
 }
 
+/// Retries a failed reconcile after [`backoff`] of the failures in a row of that FlinkJob: an API
+/// server that refuses (an admission webhook, a quota, RBAC) is not asked again every 15 s for
+/// hours.
 pub fn error_policy(job: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed(error.reason());
-    tracing::warn!(job = %job.name_any(), %error, "reconcile failed; retrying in 15s");
-    Action::requeue(Duration::from_secs(15))
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let failures = {
+        let mut all = ctx
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = all.entry(key).or_default();
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(failures);
+    tracing::warn!(job = %job.name_any(), %error, failures, "reconcile failed; retrying in {delay:?}");
+    Action::requeue(delay)
+}
+
+/// The delay after `failures` failed reconciles in a row: 15 s, doubling, at most 5 min.
+pub fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(5);
+    Duration::from_secs(15 << doublings).min(Duration::from_secs(300))
 }
 
 /// Server-side apply of one namespaced object, owned by the operator's field manager; the object
@@ -585,20 +620,25 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
+    // The job ended and its JobManager was released (past the shutdown TTL): nothing runs to ask
+    // or to look at, until the spec changes (the watch wakes the reconcile then).
+    let released = replicas.jobmanagers == 0 && !suspended;
     // A JobManager that does not answer: its pods may say why.
     let observed = match observed {
-        Observed::Unreachable(_) | Observed::NoJob => match workload_problem(&ctx, &ns, job).await {
-            Some(p) => {
-                if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(p.message.as_str()) {
-                    publish(&ctx, job, EventType::Warning, &p.reason, p.message.clone()).await;
+        Observed::Unreachable(_) | Observed::NoJob if !released => {
+            match workload_problem(&ctx, &ns, job).await {
+                Some(p) => {
+                    if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(p.message.as_str()) {
+                        publish(&ctx, job, EventType::Warning, &p.reason, p.message.clone()).await;
+                    }
+                    Observed::PodsFailing {
+                        reason: p.reason,
+                        message: p.message,
+                    }
                 }
-                Observed::PodsFailing {
-                    reason: p.reason,
-                    message: p.message,
-                }
+                None => observed,
             }
-            None => observed,
-        },
+        }
         other => other,
     };
     let mut status = status::compute(job, &observed, now);
@@ -657,6 +697,9 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         publish(&ctx, job, EventType::Warning, status::INSUFFICIENT_SLOTS, message).await;
     }
     write_status(&ctx, &original, &status).await?;
+    if released {
+        return Ok(Action::requeue(RELEASED_RESYNC));
+    }
     Ok(requeue(&observed))
 }
 
