@@ -495,20 +495,38 @@ async fn take_savepoints(
 }
 
 /// The objects of a job, applied in order (the first refusal stops it): the NetworkPolicy before
-/// the Deployments, so no pod of the job runs unprotected. Returns the TaskManager pods the
-/// TaskManager Deployment has (its `status.replicas`, as last observed by its controller).
-async fn apply_objects(client: &Client, ns: &str, desired: &resources::Desired) -> Result<i32> {
+/// the Deployments, so no pod of the job runs unprotected. Returns the TaskManager Deployment as
+/// stored (its status as last observed by its controller).
+async fn apply_objects(client: &Client, ns: &str, desired: &resources::Desired) -> Result<Deployment> {
     apply_object::<ConfigMap>(client, ns, &desired.config_map).await?;
     apply_object::<Service>(client, ns, &desired.jobmanager_service).await?;
     if let Some(policy) = &desired.network_policy {
         apply_object::<NetworkPolicy>(client, ns, policy).await?;
     }
     apply_object::<Deployment>(client, ns, &desired.jobmanager).await?;
-    let taskmanagers = apply_object::<Deployment>(client, ns, &desired.taskmanager).await?;
-    Ok(taskmanagers.status.and_then(|s| s.replicas).unwrap_or(0))
+    apply_object::<Deployment>(client, ns, &desired.taskmanager).await
 }
 
 /// Why the job's pods do not run, if its Deployments or pods say (errors reading them are none).
+/// Why TaskManagers of `job` asked for do not run, from their Deployment (`taskmanagers`, as
+/// applied: a quota refusing pods shows there) and their pods (unschedulable, an image that
+/// cannot be pulled).
+async fn taskmanager_problem(
+    ctx: &Context,
+    ns: &str,
+    job: &FlinkJob,
+    taskmanagers: &Deployment,
+) -> Option<crate::workloads::Problem> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = resources::selector_string(job, resources::Component::TaskManager);
+    let pods = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    crate::workloads::problem(std::slice::from_ref(taskmanagers), &pods)
+}
+
 async fn workload_problem(ctx: &Context, ns: &str, job: &FlinkJob) -> Option<crate::workloads::Problem> {
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let mut found = Vec::new();
@@ -608,8 +626,8 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     deploying.spec = status::spec_to_deploy(job, &planned);
     deploying.status = Some(planned.clone());
     let desired = resources::desired_with(&deploying, &ctx.defaults, replicas);
-    let observed_taskmanagers = match apply_objects(&ctx.client, &ns, &desired).await {
-        Ok(n) => n,
+    let taskmanager_deployment = match apply_objects(&ctx.client, &ns, &desired).await {
+        Ok(d) => d,
         Err(e) => {
             let message = format!("cannot apply the job's objects: {e}");
             if job.status.as_ref().and_then(|s| s.error.as_deref()) != Some(message.as_str()) {
@@ -642,9 +660,25 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         other => other,
     };
     let mut status = status::compute(job, &observed, now);
+    let tm_status = taskmanager_deployment.status.as_ref();
     // The scale subresource's replicas are the TaskManagers there are, not the ones asked for.
     if !suspended {
-        status.task_managers = Some(observed_taskmanagers);
+        status.task_managers = Some(tm_status.and_then(|s| s.replicas).unwrap_or(0));
+    }
+    // TaskManagers asked for and not ready: their pods may say why (a quota, no node that fits).
+    let ready = tm_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    if !suspended
+        && !released
+        && ready < replicas.taskmanagers
+        && let Some(problem) = taskmanager_problem(&ctx, &ns, job, &taskmanager_deployment).await
+    {
+        let generation = job.metadata.generation;
+        let previous = job.status.as_ref();
+        if let Some(message) =
+            status::taskmanagers_not_running(previous, &mut status, &problem, generation, now)
+        {
+            publish(&ctx, job, EventType::Warning, &problem.reason, message).await;
+        }
     }
     for decision in status::new_autoscaler_decisions(job, &observed) {
         publish(

@@ -96,6 +96,38 @@ pub fn insufficient_slots(job: &FlinkJob) -> Option<String> {
     })
 }
 
+/// The condition type saying whether the TaskManagers asked for all run.
+pub const TASKMANAGERS_RUNNING: &str = "TaskManagersRunning";
+
+/// Records in `status` why TaskManagers asked for do not run (issue 32, item 14: a quota, no node
+/// that fits, an image that cannot be pulled): a `TaskManagersRunning=False` condition with the
+/// reason and what happened, naming the pod or Deployment. The job may run meanwhile on fewer
+/// slots, or wait for them; without this the status said nothing of why. Returns the message
+/// when it is new (worth a Warning event).
+pub fn taskmanagers_not_running(
+    previous: Option<&FlinkJobStatus>,
+    status: &mut FlinkJobStatus,
+    problem: &crate::workloads::Problem,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<String> {
+    let before = previous.map(|p| p.conditions.as_slice()).unwrap_or_default();
+    let condition = typed_condition(
+        TASKMANAGERS_RUNNING,
+        false,
+        &problem.reason,
+        problem.message.clone(),
+        generation,
+    );
+    status
+        .conditions
+        .push(keep_transition_time(before, condition, now));
+    let known = before
+        .iter()
+        .any(|c| c.type_ == TASKMANAGERS_RUNNING && c.status == "False" && c.message == problem.message);
+    (!known).then(|| problem.message.clone())
+}
+
 /// Whether `after` reports insufficient slots that `before` did not (worth an event).
 pub fn slots_newly_insufficient(before: Option<&FlinkJobStatus>, after: &FlinkJobStatus) -> Option<String> {
     let find = |s: &FlinkJobStatus| {
