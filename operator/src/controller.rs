@@ -70,6 +70,8 @@ pub struct Context {
     pub jobmanager_url: fn(&FlinkJob) -> String,
     /// Reconciles, failures and durations (`/metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The controller's watch errors, for `/healthz`.
+    pub health: Arc<crate::health::Health>,
     /// Failed reconciles in a row, per FlinkJob (`namespace/name`): [`error_policy`]'s backoff.
     pub failures: Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
 }
@@ -97,6 +99,7 @@ impl Context {
             jobmanager_url: in_cluster_jobmanager_url,
             metrics: crate::metrics::Metrics::shared(),
             failures: Arc::default(),
+            health: Arc::default(),
         }
     }
 }
@@ -782,10 +785,17 @@ pub async fn run(client: Client, namespaces: Vec<String>, ctx: Context) {
         .owns(api::<ConfigMap>(&client, &ns), owned)
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(job = %object.name, "reconciled"),
-                Err(e) => tracing::warn!(error = %e, "reconcile error"),
+        .for_each(|result| {
+            let health = ctx.health.clone();
+            async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(job = %object.name, "reconciled"),
+                    Err(kube::runtime::controller::Error::QueueError(e)) => {
+                        tracing::warn!(error = %e, "watch error");
+                        health.watch_failed(std::time::Instant::now(), e.to_string());
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reconcile error"),
+                }
             }
         })
     });

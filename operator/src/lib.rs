@@ -7,6 +7,7 @@
 
 pub mod controller;
 pub mod crd;
+pub mod health;
 pub mod jobmanager_api;
 pub mod leader;
 pub mod metrics;

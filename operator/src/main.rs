@@ -218,8 +218,21 @@ async fn run() -> anyhow::Result<()> {
             // `[::]` takes IPv4 and IPv6 (IPv6-only clusters too), IPv4 alone without IPv6.
             let health = floe_net::bind(health_address).await?;
             let metrics = ctx.metrics.clone();
+            let health_state = ctx.health.clone();
             let app = axum::Router::new()
-                .route("/healthz", axum::routing::get(|| async { "ok" }))
+                // 503 once the controller's watches have kept failing (`floe_operator::health`).
+                .route(
+                    "/healthz",
+                    axum::routing::get(move || {
+                        let health = health_state.clone();
+                        async move {
+                            match health.verdict(std::time::Instant::now()) {
+                                Ok(()) => (axum::http::StatusCode::OK, "ok".to_string()),
+                                Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
+                            }
+                        }
+                    }),
+                )
                 // Reconciliations, failures by reason, reconcile durations (controller-rs style).
                 .route(
                     "/metrics",
