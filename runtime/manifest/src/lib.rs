@@ -699,7 +699,12 @@ impl FlinkJobSpec {
         if let Some(storage) = &self.storage {
             storage.validate()?;
         }
-        if let Some(dir) = self.configuration.get(SAVEPOINT_DIR_KEY) {
+        // A URL must open; a plain path is a local directory (as Flink takes one).
+        if let Some(dir) = self
+            .configuration
+            .get(SAVEPOINT_DIR_KEY)
+            .filter(|d| d.contains("://"))
+        {
             storage::validate_url(&format!("spec.configuration[{SAVEPOINT_DIR_KEY}]"), dir)?;
         }
         let checkpoints = self.storage.is_some()

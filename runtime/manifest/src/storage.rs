@@ -148,8 +148,11 @@ impl FlinkJob {
                 "memory:// lives in one process: a savepoint there is gone with the JobManager's pod;                  use s3://, or a file:// directory under spec.storage.url on its PersistentVolumeClaim",
             );
         }
-        let Some(path) = dir.strip_prefix("file://") else {
-            return Ok(());
+        // A plain path is a local directory, as `file://` is.
+        let path = match dir.strip_prefix("file://") {
+            Some(path) => path,
+            None if !dir.contains("://") => dir.as_str(),
+            None => return Ok(()),
         };
         let path = path.trim_end_matches('/');
         let mounted = self
@@ -158,6 +161,10 @@ impl FlinkJob {
             .as_ref()
             .filter(|s| s.persistent_volume_claim.is_some())
             .and_then(StorageSpec::directory);
+        // A relative path is under the pods' working directory: the claim's, when there is one.
+        if !path.starts_with('/') && mounted.is_some() {
+            return Ok(());
+        }
         match mounted {
             Some(root) if path == root || path.starts_with(&format!("{root}/")) => Ok(()),
             Some(root) => field_error(
@@ -270,6 +277,8 @@ spec:
         for (storage, dir) in [
             (claimed, "file:///mnt/floe/savepoints"),
             (claimed, "file:///mnt/floe"),
+            (claimed, "/mnt/floe/savepoints"),
+            (claimed, "savepoints"),
             (claimed, "s3://jobs/savepoints"),
             (s3, "s3://jobs/savepoints"),
         ] {
@@ -291,6 +300,13 @@ spec:
                 "not on the job's PersistentVolumeClaim",
             ),
             (s3, "file:///var/savepoints", "one pod's own file system"),
+            (s3, "/var/savepoints", "one pod's own file system"),
+            (s3, "savepoints", "one pod's own file system"),
+            (
+                claimed,
+                "/var/savepoints",
+                "not on the job's PersistentVolumeClaim",
+            ),
             (s3, "memory://savepoints", "memory:// lives in one process"),
         ] {
             let err = cluster_error(&with(storage, dir));
