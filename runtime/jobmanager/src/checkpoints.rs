@@ -3,7 +3,7 @@
 //! restarts restore from, and which shared files fall out of every retained checkpoint. No I/O:
 //! the server writes metadata, deletes files and sends the RPCs this decides.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use floe_checkpoint::{Acked, CheckpointCoordinator, CompletedCheckpoint, TaskSnapshot};
@@ -60,6 +60,12 @@ pub struct JobCheckpoints {
     /// Checkpoint ids start above this: the highest id other jobs of this job's lineage completed
     /// (a savepoint's id + 1 alone would repeat theirs).
     pub id_floor: u64,
+    /// Shared files (incremental state) tasks acknowledged, by checkpoint, until a checkpoint at
+    /// or above it completes (issue 31, item 11): those of a checkpoint that never completed
+    /// belong to no completed checkpoint, so subsumption never saw them. A task's snapshot names
+    /// every shared file its state still has, so one acknowledged for an older checkpoint and not
+    /// named by a retained one is gone from its state for good (a file is never made again).
+    unconfirmed: BTreeMap<u64, BTreeSet<String>>,
 }
 
 impl JobCheckpoints {
@@ -81,6 +87,7 @@ impl JobCheckpoints {
             savepoint_aborted: None,
             history: CheckpointHistory::default(),
             id_floor: 0,
+            unconfirmed: BTreeMap::new(),
         }
     }
 
@@ -280,6 +287,9 @@ impl JobCheckpoints {
         if self.coordinator.pending() == Some(id) {
             self.history.acknowledged(id, task, &snapshot, now_ms);
         }
+        // Late acknowledgements (of a checkpoint already aborted) too: their uploads happened.
+        let shared = snapshot.files.iter().filter(|f| is_shared(f)).cloned();
+        self.unconfirmed.entry(id).or_default().extend(shared);
         match self.coordinator.acknowledge(id, task, snapshot, now_ms) {
             Acked::Complete(c) => {
                 self.pending_since_ms = None;
@@ -323,6 +333,7 @@ impl JobCheckpoints {
 
     /// The metadata of `checkpoint` is written: it is the latest; returns what retention drops.
     pub fn completed(&mut self, checkpoint: CompletedCheckpoint) -> Subsumed {
+        let checkpoint_id = checkpoint.id;
         let checkpoint = Arc::new(checkpoint);
         let dropped = self.coordinator.completed(checkpoint.id);
         self.restored_savepoint = None;
@@ -337,10 +348,15 @@ impl JobCheckpoints {
             .iter()
             .flat_map(|c| c.tasks.values().flat_map(|t| &t.files))
             .collect();
+        // Those of subsumed checkpoints, and those acknowledged for older checkpoints that never
+        // completed; not those of newer ones (acknowledged while this one's metadata was written).
+        let newer = self.unconfirmed.split_off(&(checkpoint_id + 1));
+        let unconfirmed = std::mem::replace(&mut self.unconfirmed, newer);
         let shared_files = gone
             .iter()
             .flat_map(|c| c.tasks.values().flat_map(|t| &t.files))
-            .filter(|f| f.contains("/shared/") && !referenced.contains(f))
+            .chain(unconfirmed.values().flatten())
+            .filter(|f| is_shared(f) && !referenced.contains(f))
             .cloned()
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -355,6 +371,11 @@ impl JobCheckpoints {
     pub fn pending(&self) -> Option<u64> {
         self.coordinator.pending()
     }
+}
+
+/// A shared (incremental) state file, which several checkpoints may reference.
+fn is_shared(file: &str) -> bool {
+    file.contains("/shared/")
 }
 
 #[cfg(test)]
@@ -412,6 +433,56 @@ mod tests {
                 "from {latest:?} above {floor}"
             );
         }
+    }
+
+    /// Issue 31, item 11: a shared file uploaded for a checkpoint that never completed (expired,
+    /// declined) and that the next completed checkpoint does not name is deleted with that
+    /// completion; one the completed checkpoint names stays, and so do files acknowledged for a
+    /// newer checkpoint meanwhile.
+    #[test]
+    fn shared_files_of_checkpoints_that_never_completed_go_at_the_next_completion() {
+        let tasks = vec!["source#0".to_string(), "sum#0".to_string()];
+        let mut c = JobCheckpoints::new("j", config(), tasks.clone(), vec!["source#0".into()]);
+        c.resume_from("j", tasks, vec!["source#0".into()], None);
+        assert_eq!(c.maybe_trigger(0, true, &[]).map(|t| t.0), Some(1));
+        c.acknowledge(1, "source#0", snap(&[]), 10);
+        let done = c.acknowledge(1, "sum#0", snap(&["j/shared/a.sst"]), 20).unwrap();
+        c.completed(done);
+        // 2 expires with sum#0's upload of x (a compaction's output, gone again by 3) and of y.
+        assert_eq!(c.maybe_trigger(1000, true, &[]).map(|t| t.0), Some(2));
+        c.acknowledge(
+            2,
+            "sum#0",
+            snap(&["j/shared/a.sst", "j/shared/x.sst", "j/shared/y.sst"]),
+            1010,
+        );
+        assert_eq!(
+            c.maybe_trigger(7000, true, &[]).map(|t| t.0),
+            Some(3),
+            "2 expired"
+        );
+        // A late acknowledgement of 2 uploaded z.
+        c.acknowledge(2, "source#0", snap(&["j/shared/z.sst"]), 7005);
+        c.acknowledge(3, "source#0", snap(&[]), 7010);
+        let done3 = c
+            .acknowledge(3, "sum#0", snap(&["j/shared/a.sst", "j/shared/y.sst"]), 7020)
+            .unwrap();
+        // 4 triggers and is acknowledged before 3's metadata is written.
+        assert_eq!(c.maybe_trigger(8000, true, &[]).map(|t| t.0), Some(4));
+        c.acknowledge(4, "sum#0", snap(&["j/shared/w.sst"]), 8010);
+        let subsumed = c.completed(done3);
+        assert_eq!(subsumed.checkpoints, vec![1]);
+        assert_eq!(
+            subsumed.shared_files,
+            vec!["j/shared/x.sst".to_string(), "j/shared/z.sst".to_string()],
+            "a and y are 3's; w is 4's"
+        );
+        let done4 = c.acknowledge(4, "source#0", snap(&[]), 8020).unwrap();
+        assert_eq!(
+            c.completed(done4).shared_files,
+            vec!["j/shared/a.sst".to_string(), "j/shared/y.sst".to_string()],
+            "3 subsumed by 4, which names only w"
+        );
     }
 
     #[test]
