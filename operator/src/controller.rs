@@ -520,14 +520,18 @@ async fn taskmanager_problem(
     job: &FlinkJob,
     taskmanagers: &Deployment,
 ) -> Option<crate::workloads::Problem> {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), ns);
     let selector = resources::selector_string(job, resources::Component::TaskManager);
-    let pods = pods
-        .list(&kube::api::ListParams::default().labels(&selector))
+    let pods = pods_selected(ctx, ns, &selector).await;
+    crate::workloads::problem(std::slice::from_ref(taskmanagers), &pods)
+}
+
+/// The pods in `ns` that `selector` selects (none when they cannot be listed: a diagnosis only).
+async fn pods_selected(ctx: &Context, ns: &str, selector: &str) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), ns);
+    pods.list(&kube::api::ListParams::default().labels(selector))
         .await
         .map(|l| l.items)
-        .unwrap_or_default();
-    crate::workloads::problem(std::slice::from_ref(taskmanagers), &pods)
+        .unwrap_or_default()
 }
 
 async fn workload_problem(ctx: &Context, ns: &str, job: &FlinkJob) -> Option<crate::workloads::Problem> {
@@ -541,13 +545,8 @@ async fn workload_problem(ctx: &Context, ns: &str, job: &FlinkJob) -> Option<cra
             found.push(d);
         }
     }
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), ns);
     let selector = format!("{}={}", resources::JOB_LABEL, job.name());
-    let pods = pods
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let pods = pods_selected(ctx, ns, &selector).await;
     crate::workloads::problem(&found, &pods)
 }
 

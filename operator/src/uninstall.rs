@@ -74,9 +74,8 @@ pub async fn stop_operator(
         .and_then(|s| s.selector.match_labels)
         .filter(|l| !l.is_empty())
         .ok_or_else(|| UninstallError::NoSelector(qualified.clone()))?;
-    let selector: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &operator.namespace);
-    let list = ListParams::default().labels(&selector.join(","));
+    let list = ListParams::default().labels(&crate::resources::label_selector(&labels));
     let started = Instant::now();
     loop {
         let left: Vec<String> = pods.list(&list).await?.iter().map(|p| p.name_any()).collect();

@@ -128,7 +128,12 @@ pub fn selector_labels(job: &FlinkJob, component: Component) -> BTreeMap<String,
 
 /// `key=value,...` for the scale subresource's `status.taskManagerSelector`.
 pub fn selector_string(job: &FlinkJob, component: Component) -> String {
-    selector_labels(job, component)
+    label_selector(&selector_labels(job, component))
+}
+
+/// Labels as a label selector: `key=value,...`.
+pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
+    labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
