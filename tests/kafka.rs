@@ -378,7 +378,35 @@ fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &
         )
         .into());
     }
+    // Every checkpoint with records was written and no more come: no write-ahead object is
+    // left, neither a written checkpoint's nor what the killed attempt wrote for a checkpoint
+    // that never completed (issue 31, item 11).
+    if poll(Duration::from_secs(10), || {
+        write_ahead_objects(dir).is_empty().then_some(())
+    })
+    .is_none()
+    {
+        return Err(format!("write-ahead objects left: {:?}", write_ahead_objects(dir)).into());
+    }
     Ok(())
+}
+
+/// The exactly-once sink's write-ahead objects in the job storage under `dir`.
+fn write_ahead_objects(dir: &Path) -> Vec<std::path::PathBuf> {
+    fn walk(path: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    walk(&dir.join("storage"), &mut all);
+    all.retain(|p| p.components().any(|c| c.as_os_str() == "kafka-sink"));
+    all
 }
 
 /// `files-to-kafka`, the manifest-only way in: lines of a file to a topic, once with each
@@ -575,9 +603,31 @@ fn restoring_an_older_savepoint_writes_everything_it_replays(
     wait_for("the first job's counts of B", Duration::from_secs(90), || {
         (read().len() >= a.len() + b.len()).then_some(())
     });
-    let (status, _) = http("PATCH", &cluster.rest_address, &format!("/jobs/{first}"));
-    assert_eq!(status, 202);
+    // Stopped with a savepoint of its own (not the one the second job starts from): every
+    // checkpoint it covers is written, and no write-ahead object of the run is left (issue 31,
+    // item 11).
+    let (status, answer) = http_with_body(
+        "POST",
+        &cluster.rest_address,
+        &format!("/jobs/{first}/stop"),
+        &format!(
+            r#"{{"targetDirectory": "file://{}", "drain": false}}"#,
+            dir.join("stop-savepoints").display()
+        ),
+    );
+    assert_eq!(status, 202, "{answer}");
+    let stop = answer["request-id"].as_str().unwrap().to_string();
+    let stopped = wait_for("the stop's savepoint", Duration::from_secs(60), || {
+        let done = get(&cluster, &format!("/jobs/{first}/savepoints/{stop}"));
+        (done["status"]["id"] != "IN_PROGRESS").then_some(done)
+    });
+    assert!(stopped["operation"]["location"].is_string(), "{stopped}");
     ended(&cluster, &first, Duration::from_secs(60));
+    let left = write_ahead_objects(dir);
+    assert!(
+        left.is_empty(),
+        "write-ahead objects left after the stop: {left:?}"
+    );
     let mut from_savepoint = conf.clone();
     from_savepoint.insert("execution.state-recovery.path".into(), location);
     let second = submit_job(

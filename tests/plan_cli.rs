@@ -122,6 +122,58 @@ fn auto_parallelism_is_decided_at_run_time() {
     );
 }
 
+/// Issue 31, item 5: the plan of a registered job shows every operator's uid, the state it keeps,
+/// and which uids are derived from the graph (state that an operator added upstream would leave
+/// unclaimed); the JSON plan lists them too.
+#[test]
+fn the_plan_shows_each_operators_uid_and_state() {
+    let out = floe(&["plan", "-f", "examples/pipeline-checkpointed.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no line for {name} in\n{text}"))
+            .to_string()
+    };
+    assert!(
+        text.contains("\nOperators (uid: what names their state in savepoints):\n"),
+        "{text}"
+    );
+    let reduce = line("Reduce ");
+    assert!(
+        reduce.contains("in reduce")
+            && reduce.contains("uid reduce  keyed state")
+            && !reduce.contains("derived"),
+        "{reduce}"
+    );
+    let map = line("Map ");
+    assert!(map.contains("uid map  no state"), "{map}");
+    let json = json(&[
+        "plan",
+        "-f",
+        "examples/pipeline-checkpointed.yaml",
+        "--format",
+        "json",
+    ]);
+    let operators = json["operators"].as_array().unwrap();
+    let sink = operators.iter().find(|o| o["uid"] == "sink").unwrap();
+    assert_eq!(
+        sink["vertex"], "reduce",
+        "the sink is chained to the count: {sink}"
+    );
+    assert_eq!(sink["state"], serde_json::json!(["sink"]));
+    assert_eq!(sink["uid_set"], true);
+    // WordCount sets no uids: its count's uid is derived, and the plan says so.
+    let out = floe(&["plan", "-f", "examples/wordcount-streaming.yaml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("keyed state (derived: set uid() to keep this state across graph changes)")),
+        "{text}"
+    );
+}
+
 fn fails_with(args: &[&str], needle: &str) {
     let out = floe(args);
     let err = String::from_utf8_lossy(&out.stderr);

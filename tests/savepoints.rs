@@ -9,8 +9,10 @@
 //! parallelism) starts from the first's latest checkpoint, exactly once; and requests a job
 //! cannot serve are answered with what is wrong. Through the manifests `floe-operator render`
 //! makes: three FlinkJob generations (savepoint, rescale, last-state) continue the counts, and a
-//! failed upgrade rolls back to the stable spec from the upgrade's savepoint. (Unclaimed state and
-//! a changed max parallelism are refused by the JobMaster: its unit tests.)
+//! failed upgrade rolls back to the stable spec from the upgrade's savepoint. An upgrade that adds
+//! an operator before the count (renaming the count's vertex) restores each operator's state by its
+//! uid. (Unclaimed state and a changed max parallelism are refused by the JobMaster: its unit
+//! tests.)
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -176,8 +178,9 @@ fn wait_checkpoints(rest: &str, id: &str, n: u64) {
     }
 }
 
-fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32) -> Result<(), Failed> {
-    let dir = common::scratch(&format!("savepoints-{backend}"));
+/// `upgraded`: arguments the second deployment adds (an upgraded job).
+fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32, upgraded: &str) -> Result<(), Failed> {
+    let dir = common::scratch(&format!("savepoints-{backend}-{from}-{to}"));
     let output = dir.join("out");
     let savepoints = dir.join("savepoints");
     let sum = r#", "--aggregate", "sum""#;
@@ -212,7 +215,15 @@ fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32) -> Result<(), 
     // The savepoint is self-contained: the job storage goes (checkpoints, operation log).
     std::fs::remove_dir_all(dir.join("storage")).unwrap();
     let extra = format!("    initialSavepointPath: \"{stopped_at}\"\n");
-    let second = manifest(&dir, "second", &output, to, backend, &extra, sum);
+    let second = manifest(
+        &dir,
+        "second",
+        &output,
+        to,
+        backend,
+        &extra,
+        &format!("{sum}{upgraded}"),
+    );
     let (_jm, _tm, rest, id) = running(&second, &dir, "jm-2.log");
     let (_, c) = common::http("GET", &rest, &format!("/jobs/{id}/checkpoints"));
     assert_eq!(c["latest"]["restored"]["is_savepoint"], true, "{c}");
@@ -228,7 +239,8 @@ fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32) -> Result<(), 
     common::assert_streaming_output(&output, &common::pipeline_reference(42, RECORDS));
     println!(
         "{backend}: savepoint while running, stop with savepoint after {before} of {all} updates, \
-         job storage deleted, restored at parallelism {from} -> {to}; output exact"
+         job storage deleted, restored at parallelism {from} -> {to} (added arguments: [{upgraded}]); \
+         output exact"
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -718,10 +730,17 @@ fn main() {
             windows_stop_with_drain_fire_every_window,
         ),
         Trial::test("hashmap_savepoint_stop_and_restore_2_to_3_exactly_once", || {
-            upgrade_through_a_savepoint("hashmap", 2, 3)
+            upgrade_through_a_savepoint("hashmap", 2, 3, "")
         }),
+        // Issue 31, item 5: the upgrade adds a keyed reduce before the count, which takes the
+        // vertex id `reduce` (the count's vertex is `reduce-2` now): the count's state and the
+        // sink's follow their operators' uids.
+        Trial::test(
+            "an_operator_added_upstream_leaves_the_counts_state_with_the_count",
+            || upgrade_through_a_savepoint("rocksdb", 2, 2, r#", "--latest-first", "true""#),
+        ),
         Trial::test("rocksdb_savepoint_stop_and_restore_3_to_2_exactly_once", || {
-            upgrade_through_a_savepoint("rocksdb", 3, 2)
+            upgrade_through_a_savepoint("rocksdb", 3, 2, "")
         }),
         Trial::test(
             "last_state_upgrade_continues_from_the_latest_checkpoint",

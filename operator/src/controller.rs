@@ -408,6 +408,39 @@ async fn cancel_running(ctx: &Context, job: &FlinkJob, url: &str) -> Option<JobO
     }
 }
 
+/// Savepoints that leave the history ([`savepoints::expired`]) are disposed of through the
+/// JobManager while it answers (a `SavepointDisposed` event each), or only forgotten with
+/// `kubernetes.operator.savepoint.cleanup.enabled: false`; one the JobManager could not dispose of
+/// stays in the history and is tried at the next reconcile.
+async fn dispose_savepoints(ctx: &Context, job: &mut FlinkJob, url: &str, observed: &Observed, now_ms: i64) {
+    let expired = savepoints::expired(job, now_ms);
+    if expired.is_empty() {
+        return;
+    }
+    let cleanup = savepoints::cleanup_enabled(job);
+    if cleanup && !matches!(observed, Observed::Job(_)) {
+        return;
+    }
+    let spec = job.clone();
+    for location in expired {
+        if cleanup {
+            match ctx.jobmanager.dispose_savepoint(url, &location).await {
+                Ok(()) => {
+                    let note = format!("savepoint {location} disposed of (it left the savepoint history)");
+                    publish(ctx, &spec, EventType::Normal, "SavepointDisposed", note).await;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %spec.name_any(), %location, error = %e, "cannot dispose of the savepoint");
+                    continue;
+                }
+            }
+        }
+        if let Some(status) = job.status.as_mut().and_then(|s| s.job_status.as_mut()) {
+            savepoints::forget(status, &location);
+        }
+    }
+}
+
 /// The savepoint step of this reconcile ([`savepoints::next_step`]): triggers or polls, and
 /// records the outcome in `job`'s status (events for each). `Some(requeue)`: hold, apply nothing
 /// new yet (an upgrade's or a suspend's savepoint is in flight, or failed and is tried again).
@@ -468,7 +501,7 @@ async fn take_savepoints(
             Ok(SavepointState::InProgress) | Err(_) => hold(kind, 2),
             Ok(SavepointState::Completed { location }) => {
                 let note = format!("{} savepoint of job {job_id} completed: {location}", kind.name());
-                savepoints::completed(&spec, status, kind, location, now_ms);
+                savepoints::completed(status, kind, location, now_ms);
                 publish(ctx, &spec, EventType::Normal, "SavepointCompleted", note).await;
                 // A savepoint that let the job run on, while a stop is wanted: the stop is next.
                 (!kind.stops() && stop_wanted).then(|| Action::requeue(Duration::from_secs(1)))
@@ -582,6 +615,7 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
     if !(suspended && was_suspended) {
         let look = observe(&ctx, &url).await;
         let now_ms = now.as_millisecond();
+        dispose_savepoints(&ctx, &mut job, &url, &look, now_ms).await;
         let held = take_savepoints(&ctx, &mut job, &url, &look, now_ms).await;
         first_look = Some(look);
         if let Some(requeue) = held {

@@ -87,6 +87,9 @@ pub trait JobManagerApi: Send + Sync + std::fmt::Debug {
         job_id: &str,
         trigger: &str,
     ) -> Result<SavepointState, RestError>;
+    /// Disposes of the savepoint at `location` (Flink's `POST /savepoint-disposal`): its files are
+    /// deleted once the JobManager answers.
+    async fn dispose_savepoint(&self, base: &str, location: &str) -> Result<(), RestError>;
 }
 
 /// HTTP/1 client of the REST API.
@@ -344,6 +347,16 @@ impl JobManagerApi for RestClient {
         })
     }
 
+    async fn dispose_savepoint(&self, base: &str, location: &str) -> Result<(), RestError> {
+        let url = format!("{base}/savepoint-disposal");
+        let body = serde_json::json!({ "savepoint-path": location }).to_string();
+        let (status, answer) = self
+            .call_with(http::Method::POST, &url, Bytes::from(body))
+            .await?;
+        let _: serde_json::Value = expect_json(&url, status, 200, &answer)?;
+        Ok(())
+    }
+
     async fn cancel(&self, base: &str, job_id: &str) -> Result<(), RestError> {
         let url = format!("{base}/jobs/{job_id}");
         let (status, body) = self.call(http::Method::PATCH, &url).await?;
@@ -430,6 +443,18 @@ mod tests {
             e.contains("answered 404") && e.contains("job nope not found"),
             "{e}"
         );
+        // Savepoint disposal refuses a directory that holds no savepoint, deleting nothing.
+        let dir = std::env::temp_dir().join(format!("floe-disposal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("keep"), "x").unwrap();
+        let e = client
+            .dispose_savepoint(&base, &dir.display().to_string())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("answered 400") && e.contains("not a savepoint"), "{e}");
+        assert!(dir.join("keep").is_file());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

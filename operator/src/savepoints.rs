@@ -10,12 +10,16 @@
 //! - **MANUAL**: a new `spec.job.savepointTriggerNonce` takes a savepoint; the job runs on.
 //! - **PERIODIC**: every `kubernetes.operator.periodic.savepoint.interval`.
 //!
-//! Completed savepoints go to `status.jobStatus.savepointInfo` (the last one and a history of
-//! `kubernetes.operator.savepoint.history.max.count`, 10).
+//! Completed savepoints go to `status.jobStatus.savepointInfo` (the last one and a history).
+//! A savepoint leaves the history when more than `kubernetes.operator.savepoint.history.max.count`
+//! (10) are newer, or when it is older than `kubernetes.operator.savepoint.history.max.age`, and
+//! is then disposed of through the JobManager (its files deleted), unless
+//! `kubernetes.operator.savepoint.cleanup.enabled` is `false` ([`expired`]).
 
 use floe_manifest::{
-    DesiredState, FlinkJob, JobStatusInfo, PERIODIC_SAVEPOINT_INTERVAL_KEY, SAVEPOINT_HISTORY_MAX_COUNT_KEY,
-    SavepointInfo, SavepointRecord, UpgradeMode,
+    DesiredState, FlinkJob, JobStatusInfo, PERIODIC_SAVEPOINT_INTERVAL_KEY, SAVEPOINT_CLEANUP_KEY,
+    SAVEPOINT_HISTORY_MAX_AGE_KEY, SAVEPOINT_HISTORY_MAX_COUNT_KEY, SavepointInfo, SavepointRecord,
+    UpgradeMode,
 };
 
 use crate::resources;
@@ -211,20 +215,7 @@ pub fn attempted(job: &FlinkJob, status: &mut JobStatusInfo, kind: TriggerType, 
 
 /// The savepoint in flight completed at `location`: the last one, in the history; a stop's is
 /// what the next deployment starts from.
-pub fn completed(
-    job: &FlinkJob,
-    status: &mut JobStatusInfo,
-    kind: TriggerType,
-    location: String,
-    now_ms: i64,
-) {
-    let keep = job
-        .spec
-        .configuration
-        .get(SAVEPOINT_HISTORY_MAX_COUNT_KEY)
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(10)
-        .max(1);
+pub fn completed(status: &mut JobStatusInfo, kind: TriggerType, location: String, now_ms: i64) {
     if kind.stops() {
         status.upgrade_savepoint_path = Some(location.clone());
     }
@@ -241,9 +232,71 @@ pub fn completed(
         info.trigger_timestamp = None;
         info.trigger_type = None;
         info.savepoint_history.push(record.clone());
-        let excess = info.savepoint_history.len().saturating_sub(keep);
-        info.savepoint_history.drain(..excess);
         info.last_savepoint = Some(record);
+    });
+}
+
+/// How many savepoints the history keeps.
+fn history_max_count(job: &FlinkJob) -> usize {
+    job.spec
+        .configuration
+        .get(SAVEPOINT_HISTORY_MAX_COUNT_KEY)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(10)
+        .max(1)
+}
+
+/// Whether a savepoint leaving the history is disposed of (Flink's default) or only forgotten.
+pub fn cleanup_enabled(job: &FlinkJob) -> bool {
+    job.spec
+        .configuration
+        .get(SAVEPOINT_CLEANUP_KEY)
+        .map(|v| v.trim())
+        != Some("false")
+}
+
+/// The savepoints (locations) that leave the history at `now_ms`: the oldest beyond
+/// `...history.max.count`, and those older than `...history.max.age`. Never the last savepoint,
+/// nor one a deployment starts or is about to start from (Flink's operator keeps those too).
+pub fn expired(job: &FlinkJob, now_ms: i64) -> Vec<String> {
+    let Some(status) = job_status(job) else {
+        return Vec::new();
+    };
+    let info = info(job);
+    let max_age_ms = job
+        .spec
+        .configuration
+        .get(SAVEPOINT_HISTORY_MAX_AGE_KEY)
+        .and_then(|v| floe_manifest::parse_duration(v))
+        .map(|d| d.as_millis() as i64);
+    let in_use: Vec<&str> = [
+        info.last_savepoint.as_ref().map(|r| r.location.as_str()),
+        status.upgrade_savepoint_path.as_deref(),
+        job.status
+            .as_ref()
+            .and_then(|s| s.deployed.as_ref())
+            .and_then(|d| d.savepoint.as_deref()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let history = &info.savepoint_history;
+    let excess = history.len().saturating_sub(history_max_count(job));
+    history
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            *i < excess || max_age_ms.is_some_and(|age| now_ms.saturating_sub(r.time_stamp) > age)
+        })
+        .map(|(_, r)| r.location.clone())
+        .filter(|l| !in_use.contains(&l.as_str()))
+        .collect()
+}
+
+/// `location` left the history (disposed of, or forgotten without cleanup).
+pub fn forget(status: &mut JobStatusInfo, location: &str) {
+    update(status, |info| {
+        info.savepoint_history.retain(|r| r.location != location)
     });
 }
 
@@ -254,4 +307,65 @@ pub fn failed(status: &mut JobStatusInfo) {
         info.trigger_timestamp = None;
         info.trigger_type = None;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use floe_manifest::FlinkJobStatus;
+
+    fn record(t: i64, location: &str) -> SavepointRecord {
+        SavepointRecord {
+            time_stamp: t,
+            location: location.into(),
+            trigger_type: "PERIODIC".into(),
+            trigger_nonce: None,
+        }
+    }
+
+    /// Issue 32 (parity): the history keeps the newest `max.count` and those younger than
+    /// `max.age`; the last savepoint and one a deployment starts from never leave it.
+    #[test]
+    fn the_history_keeps_the_newest_and_never_what_is_in_use() {
+        let mut job = crate::resources::testing::example();
+        job.spec
+            .configuration
+            .insert(SAVEPOINT_HISTORY_MAX_COUNT_KEY.into(), "2".into());
+        let history: Vec<SavepointRecord> = (1..=5).map(|i| record(i * 1_000, &format!("sp-{i}"))).collect();
+        let status = JobStatusInfo {
+            savepoint_info: Some(SavepointInfo {
+                savepoint_history: history.clone(),
+                last_savepoint: Some(history[4].clone()),
+                ..SavepointInfo::default()
+            }),
+            upgrade_savepoint_path: Some("sp-1".into()),
+            ..JobStatusInfo::default()
+        };
+        job.status = Some(FlinkJobStatus {
+            job_status: Some(status),
+            ..FlinkJobStatus::default()
+        });
+        // sp-1 is what the next deployment starts from; sp-4 and sp-5 are the newest two.
+        assert_eq!(expired(&job, 6_000), ["sp-2", "sp-3"]);
+        job.spec
+            .configuration
+            .insert(SAVEPOINT_HISTORY_MAX_AGE_KEY.into(), "1 s".into());
+        // Older than 1 s at 5.5 s: sp-1 to sp-4 (sp-1 in use); sp-5 is the last savepoint.
+        assert_eq!(expired(&job, 5_500), ["sp-2", "sp-3", "sp-4"]);
+        let mut status = job.status.clone().unwrap().job_status.unwrap();
+        forget(&mut status, "sp-2");
+        let left: Vec<String> = status
+            .savepoint_info
+            .unwrap()
+            .savepoint_history
+            .into_iter()
+            .map(|r| r.location)
+            .collect();
+        assert_eq!(left, ["sp-1", "sp-3", "sp-4", "sp-5"]);
+        assert!(cleanup_enabled(&job));
+        job.spec
+            .configuration
+            .insert(SAVEPOINT_CLEANUP_KEY.into(), "false".into());
+        assert!(!cleanup_enabled(&job));
+    }
 }

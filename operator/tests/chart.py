@@ -10,7 +10,8 @@ uses, the kind test's, and sets that turn every option on or off) this:
 - validates each object, and the chart's CRD, against the Kubernetes 1.33 OpenAPI schemas in strict
   mode (`kubernetes-validate`: unknown fields are refused, as a server-side apply with field
   validation refuses them);
-- checks what a user relies on in the result (the metrics scraper reaches the operator's arguments).
+- checks what a user relies on in the result (the metrics scraper reaches the operator's arguments);
+- validates the operator's own objects for a job (its golden files) the same way.
 
 It also lints values that must be refused and checks that Helm's message names the field.
 
@@ -271,6 +272,19 @@ def main():
                 kubernetes_validate.validate(crd, KUBE_VERSION, strict=True)
             except kubernetes_validate.ValidationError as e:
                 fail(f"crds/flinkjob.yaml: at {'/'.join(str(p) for p in e.path)}: {e.message}")
+
+    # The operator's own objects for a job (its golden files, which its unit tests keep equal to
+    # what it builds, full pod templates merged in included), as strictly as the chart's.
+    for name in sorted(os.listdir(GOLDEN)):
+        with open(os.path.join(GOLDEN, name)) as f:
+            obj = yaml.safe_load(f)
+        if not name.endswith(".yaml") or not isinstance(obj, dict) or "kind" not in obj:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+            print(f"ok: operator/tests/golden/{name} ({obj['kind']}) is valid against Kubernetes {KUBE_VERSION}", flush=True)
+        except kubernetes_validate.ValidationError as e:
+            fail(f"operator/tests/golden/{name}: at {'/'.join(str(p) for p in e.path) or '/'}: {e.message}")
 
     all_args = []
     all_hooks = []

@@ -17,12 +17,14 @@ use kube::Resource;
 
 mod manifest;
 mod network;
+mod pod_template;
 mod pods;
 #[cfg(test)]
 pub(crate) mod testing;
 
 pub use manifest::{MANIFEST_FILE, config_map, deployed_generation, manifest_yaml, spec_hash};
 pub use network::{network_policy, network_policy_name, parse_labels};
+pub use pod_template::MAIN_CONTAINER;
 pub use pods::WORK_DIR;
 
 /// JobManager RPC port (Flink's `jobmanager.rpc.port`).

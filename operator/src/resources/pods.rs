@@ -72,9 +72,8 @@ fn field_env(name: &str, path: &str) -> EnvVar {
 /// OpenShift, whose restricted SCC assigns the user and group itself), else the images' non-root
 /// user with the runtime's default seccomp profile (Pod Security "restricted"). The fsGroup makes
 /// a claimed storage volume writable by that user.
-fn pod_security_context(job: &FlinkJob) -> PodSecurityContext {
-    let template = job.spec.pod_template.as_ref();
-    if let Some(context) = template.and_then(|t| t.security_context.clone()) {
+fn pod_security_context(template: &floe_manifest::PodTemplate) -> PodSecurityContext {
+    if let Some(context) = template.security_context.clone() {
         return context;
     }
     PodSecurityContext {
@@ -163,6 +162,23 @@ fn volumes(job: &FlinkJob, component: Component) -> (Vec<Volume>, Vec<VolumeMoun
     (volumes, mounts, work_dir)
 }
 
+/// `ours` with the component's pod template merged in ([`super::pod_template`]). The spec's
+/// validation refuses a template that is no pod template, so this cannot fail for a validated
+/// spec; were it to, the pod stays the operator's and the error is logged.
+fn with_template(
+    ours: PodTemplateSpec,
+    template: &floe_manifest::PodTemplate,
+    component: Component,
+) -> PodTemplateSpec {
+    match super::pod_template::apply(ours.clone(), template, component) {
+        Ok(merged) => merged,
+        Err(e) => {
+            tracing::error!(component = component.name(), "pod template not applied: {e}");
+            ours
+        }
+    }
+}
+
 /// A component's Deployment with `replicas` pods (none while the job is suspended).
 pub(super) fn deployment(
     job: &FlinkJob,
@@ -172,7 +188,7 @@ pub(super) fn deployment(
 ) -> Deployment {
     let spec = &job.spec;
     let running = spec.job.state == DesiredState::Running;
-    let template = spec.pod_template.clone().unwrap_or_default();
+    let template = super::pod_template::effective(job, component);
     let (args, ports, process_resources) = match component {
         Component::JobManager => (
             vec![
@@ -348,20 +364,24 @@ pub(super) fn deployment(
                 type_: Some("Recreate".into()),
                 ..DeploymentStrategy::default()
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: Some(annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: template.service_account_name.clone(),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    security_context: Some(pod_security_context(job)),
-                    ..PodSpec::default()
-                }),
-            },
+            template: with_template(
+                PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(pod_labels),
+                        annotations: Some(annotations),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        service_account_name: template.service_account_name.clone(),
+                        containers: vec![container],
+                        volumes: Some(volumes),
+                        security_context: Some(pod_security_context(&template)),
+                        ..PodSpec::default()
+                    }),
+                },
+                &template,
+                component,
+            ),
             ..DeploymentSpec::default()
         }),
         ..Deployment::default()
@@ -371,7 +391,7 @@ pub(super) fn deployment(
 #[cfg(test)]
 mod tests {
     use super::super::desired;
-    use super::super::testing::{container, defaults, example};
+    use super::super::testing::{container, defaults, example, golden};
     use super::*;
 
     #[test]
@@ -600,6 +620,7 @@ mod tests {
             }],
             service_account_name: Some("floe-jobs".into()),
             security_context: None,
+            ..floe_manifest::PodTemplate::default()
         });
         let d = desired(&job, &defaults());
         for dep in [d.jobmanager, d.taskmanager] {
@@ -612,5 +633,169 @@ mod tests {
             let env = pod.containers[0].env.clone().unwrap();
             assert!(env.iter().any(|e| e.name == "AWS_REGION"));
         }
+    }
+
+    /// Issue 32, item 12: a full pod template (Flink's `podTemplate`) and a TaskManager's own,
+    /// merged as the Flink operator merges them, with what runs the process kept the operator's.
+    #[test]
+    fn full_pod_templates_merge_with_the_operators_pods() {
+        let mut job = example();
+        job.spec.task_manager.resources = None;
+        let common: floe_manifest::PodTemplate = serde_yaml::from_str(
+            r#"
+metadata:
+  labels: { team: data, floe.dev/job: not-this }
+  annotations: { prometheus.io/scrape: "false" }
+spec:
+  nodeSelector: { pool: jobs, zone: a }
+  tolerations:
+  - { key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 30 }
+  imagePullSecrets: [{ name: registry }]
+  volumes:
+  - { name: cache, emptyDir: {} }
+  - { name: tmp, hostPath: { path: /var/evil } }
+  securityContext: { runAsNonRoot: true, runAsUser: 1000 }
+  containers:
+  - name: flink-main-container
+    image: not/this
+    args: [not-these]
+    resources: { limits: { memory: 3Gi } }
+    volumeMounts: [{ name: cache, mountPath: /cache }]
+    env: [{ name: EXTRA, value: "1" }, { name: POD_NAME, value: not-this }]
+  - { name: log-shipper, image: "fluent-bit:3" }
+"#,
+        )
+        .unwrap();
+        let tm_only: floe_manifest::PodTemplate = serde_yaml::from_str(
+            r#"
+spec:
+  nodeSelector: { pool: taskmanagers }
+  affinity:
+    podAntiAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 1
+        podAffinityTerm: { topologyKey: kubernetes.io/hostname, labelSelector: { matchLabels: { team: data } } }
+"#,
+        )
+        .unwrap();
+        job.spec.pod_template = Some(common);
+        job.spec.task_manager.pod_template = Some(tm_only);
+        job.spec.validate().unwrap();
+        let d = desired(&job, &defaults());
+        let pod = |deployment: &Deployment| deployment.spec.as_ref().unwrap().template.clone();
+        let (jm, tm) = (pod(&d.jobmanager), pod(&d.taskmanager));
+        let (jm_spec, tm_spec) = (jm.spec.clone().unwrap(), tm.spec.clone().unwrap());
+        // The TaskManager's own template wins over the common one, key by key.
+        assert_eq!(
+            tm_spec.node_selector,
+            Some(BTreeMap::from([
+                ("pool".into(), "taskmanagers".into()),
+                ("zone".into(), "a".into())
+            ]))
+        );
+        assert_eq!(jm_spec.node_selector.as_ref().unwrap()["pool"], "jobs");
+        assert!(tm_spec.affinity.is_some() && jm_spec.affinity.is_none());
+        for spec in [&jm_spec, &tm_spec] {
+            assert_eq!(spec.tolerations.as_ref().unwrap()[0].toleration_seconds, Some(30));
+            assert_eq!(spec.image_pull_secrets.as_ref().unwrap()[0].name, "registry");
+            // The template's security context replaces the operator's default (no fsGroup).
+            let context = spec.security_context.as_ref().unwrap();
+            assert_eq!((context.run_as_user, context.fs_group), (Some(1000), None));
+            // The operator's volume keeps its name's source; the template's own is added.
+            let volumes = spec.volumes.as_ref().unwrap();
+            let tmp = volumes.iter().find(|v| v.name == "tmp").unwrap();
+            assert!(tmp.empty_dir.is_some() && tmp.host_path.is_none(), "{tmp:?}");
+            assert!(volumes.iter().any(|v| v.name == "cache"));
+            // The main container first, the sidecar after it.
+            let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names[1], "log-shipper");
+        }
+        let main = &tm_spec.containers[0];
+        assert_eq!(main.name, "taskmanager");
+        assert_eq!(main.image.as_deref(), Some("ghcr.io/floe-dev/floe-worker:0.1.0"));
+        assert_eq!(main.args.as_ref().unwrap()[0], "taskmanager");
+        let mounts: Vec<&str> = main
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert!(
+            mounts.contains(&"/cache") && mounts.contains(&"/tmp"),
+            "{mounts:?}"
+        );
+        let env = main.env.as_ref().unwrap();
+        assert!(env.iter().any(|e| e.name == "EXTRA"));
+        let pod_name = env.iter().find(|e| e.name == "POD_NAME").unwrap();
+        assert!(
+            pod_name.value_from.is_some() && pod_name.value.is_none(),
+            "the operator's POD_NAME stays whole: {pod_name:?}"
+        );
+        // Resources: the template's where the spec sets none (TaskManager), the spec's otherwise.
+        let limit = |c: &k8s_openapi::api::core::v1::Container| {
+            c.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"]
+                .0
+                .clone()
+        };
+        assert_eq!(limit(main), "3Gi");
+        assert_eq!(limit(&jm_spec.containers[0]), "1Gi");
+        // The main container stays locked down unless the template says otherwise.
+        assert_eq!(
+            main.security_context.as_ref().unwrap().read_only_root_filesystem,
+            Some(true)
+        );
+        let meta = tm.metadata.unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["team"], "data");
+        assert_eq!(
+            labels["floe.dev/job"], "wordcount",
+            "the selector's labels stay the operator's"
+        );
+        let annotations = meta.annotations.unwrap();
+        assert_eq!(annotations["prometheus.io/scrape"], "false");
+        assert!(annotations.contains_key(super::super::CONFIG_HASH_ANNOTATION));
+        golden("taskmanager-deployment-pod-template", &d.taskmanager);
+    }
+
+    /// A template Kubernetes would refuse is an `InvalidSpec` naming the field.
+    #[test]
+    fn a_bad_pod_template_is_refused_naming_the_field() {
+        let check = |field: &str, yaml: &str| {
+            let mut job = example();
+            let template: floe_manifest::PodTemplate = serde_yaml::from_str(yaml).unwrap();
+            match field {
+                "spec.podTemplate" => job.spec.pod_template = Some(template),
+                _ => job.spec.task_manager.pod_template = Some(template),
+            }
+            job.spec.validate().unwrap_err().to_string()
+        };
+        let e = check("spec.podTemplate", "spec: { tolerations: oops }");
+        assert!(
+            e.contains("spec.podTemplate.spec") && e.contains("expected a Kubernetes pod spec"),
+            "{e}"
+        );
+        let e = check(
+            "spec.taskManager.podTemplate",
+            "spec: { containers: [{ image: x }] }",
+        );
+        assert!(
+            e.contains("spec.taskManager.podTemplate.spec.containers[0].name"),
+            "{e}"
+        );
+        let e = check("spec.podTemplate", "metadata: { labels: [a] }");
+        assert!(e.contains("spec.podTemplate.metadata"), "{e}");
+        let e = check("spec.podTemplate", "spec: { nodeSelecter: { pool: a } }");
+        assert!(
+            e.contains("spec.podTemplate.spec.nodeSelecter") && e.contains("unknown field"),
+            "{e}"
+        );
+        let e = check(
+            "spec.taskManager.podTemplate",
+            "spec: { containers: [{ name: flink-main-container, volumeMount: [] }] }",
+        );
+        assert!(
+            e.contains("spec.taskManager.podTemplate.spec.containers[0].volumeMount"),
+            "{e}"
+        );
     }
 }

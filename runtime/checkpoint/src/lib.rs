@@ -8,6 +8,7 @@
 //! task is not asked again, its last snapshot is carried into every later checkpoint, so a restore
 //! gives it back its end state (a finished source restores at its end and reads nothing).
 
+pub mod owners;
 pub mod redistribute;
 pub mod savepoint;
 pub mod store;
@@ -16,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use owners::{StateOwners, StatePart};
 pub use redistribute::{SubtaskRestore, redistribute};
 pub use savepoint::Savepoint;
 pub use store::CheckpointStore;
@@ -85,6 +87,11 @@ pub struct CompletedCheckpoint {
     /// the same number, so a restore into another job (a last-state upgrade) checks it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub max_parallelism: BTreeMap<String, u32>,
+    /// Each vertex's operators that own its tasks' state (by uid): a restore into another job
+    /// maps state by operator, whatever vertex the operator is in now ([`owners`]). Empty in
+    /// checkpoints written before they were recorded (those map by vertex id).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub operators: BTreeMap<String, StateOwners>,
 }
 
 impl CompletedCheckpoint {
@@ -242,6 +249,7 @@ impl CheckpointCoordinator {
             completed_ms: now_ms,
             tasks: p.acked,
             max_parallelism: BTreeMap::new(),
+            operators: BTreeMap::new(),
         }))
     }
 

@@ -149,6 +149,24 @@ fn checkpoint_location(location: &str) -> Option<(&str, &str, u64)> {
     Some((root, job, id))
 }
 
+/// Disposes of the savepoint at `location` (its directory or its `_metadata`; Flink's savepoint
+/// disposal): everything under its directory is deleted. Refused unless the directory holds a
+/// savepoint's `_metadata` that reads back, so no other directory is ever deleted, and for a
+/// retained checkpoint (the job's own, which retention deletes). Returns the directory's URL.
+pub async fn dispose(location: &str, conf: &BTreeMap<String, String>) -> Result<String> {
+    let directory = directory_of(location);
+    if checkpoint_location(directory).is_some() {
+        return Err(Error::CorruptMetadata {
+            url: directory.to_string(),
+            reason: "a retained checkpoint, not a savepoint: its job's retention deletes it".into(),
+        });
+    }
+    let store = ObjectStore::open(directory, conf)?;
+    load(&store).await?;
+    store.delete_all("").await?;
+    Ok(store.url().trim_end_matches('/').to_string())
+}
+
 /// Reads the savepoint or retained checkpoint at `location` (its directory or its `_metadata`).
 pub async fn load_recovery_point(location: &str, conf: &BTreeMap<String, String>) -> Result<RecoveryPoint> {
     let directory = directory_of(location);
@@ -190,6 +208,7 @@ mod tests {
         };
         CompletedCheckpoint {
             max_parallelism: BTreeMap::new(),
+            operators: BTreeMap::new(),
             job_id: "abcdef0123".into(),
             id: 7,
             triggered_ms: 1,
@@ -318,6 +337,28 @@ mod tests {
             e.contains("nothing/_metadata") && e.contains("not a savepoint"),
             "{e}"
         );
+        // Disposal (issue 32): a directory that holds no savepoint is refused and left whole; the
+        // savepoint goes entirely, given as its `_metadata`.
+        std::fs::create_dir_all(dir.join("other")).unwrap();
+        std::fs::write(dir.join("other/keep"), "x").unwrap();
+        let e = dispose(&format!("file://{}/other", dir.display()), &conf)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a savepoint"), "{e}");
+        assert!(dir.join("other/keep").is_file());
+        let e = dispose("file:///x/jobs/checkpoints/abc/chk-3", &conf)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a retained checkpoint"), "{e}");
+        let saved = moved.join(directory_name("abcdef0123", 5));
+        let disposed = dispose(&format!("file://{}/_metadata", saved.display()), &conf)
+            .await
+            .unwrap();
+        assert_eq!(disposed, format!("file://{}", saved.display()));
+        let left = std::fs::read_dir(&saved).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(left, 0, "nothing of the savepoint is left");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -145,6 +145,7 @@ mod tests {
     fn checkpoint(id: u64) -> CompletedCheckpoint {
         CompletedCheckpoint {
             max_parallelism: BTreeMap::new(),
+            operators: BTreeMap::new(),
             job_id: "job1".into(),
             id,
             triggered_ms: id * 1000,

@@ -271,18 +271,18 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             slots,
             format,
         } => {
-            let (job, mode, manifest_offer) = match (graph, file) {
+            let (job, mode, manifest_offer, operators) = match (graph, file) {
                 (Some(graph), _) => {
                     let mode: BatchShuffleMode = shuffle_mode
                         .as_deref()
                         .unwrap_or("ALL_EXCHANGES_BLOCKING")
                         .parse()?;
-                    (graph_file::load(&graph, mode)?, mode.name(), None)
+                    (graph_file::load(&graph, mode)?, mode.name(), None, Vec::new())
                 }
                 (None, Some(file)) => {
                     let manifest = run_cmd::load_manifest(&file)?;
                     let job = plan_cmd::manifest_job(&manifest, &registry, shuffle_mode.as_deref())?;
-                    (job.graph, job.mode, Some(job.offer))
+                    (job.graph, job.mode, Some(job.offer), job.operators)
                 }
                 (None, None) => unreachable!("clap requires --graph or -f"),
             };
@@ -300,8 +300,14 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             let plan = Plan::new(job, offer.as_deref())?;
             let view = plan.view();
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&view)?),
-                Format::Text => print!("{}", plan_cmd::render_text(&view, mode)),
+                Format::Json => {
+                    let mut json = serde_json::to_value(&view)?;
+                    if !operators.is_empty() {
+                        json["operators"] = serde_json::to_value(&operators)?;
+                    }
+                    println!("{}", serde_json::to_string_pretty(&json)?)
+                }
+                Format::Text => print!("{}", plan_cmd::render_text(&view, mode, &operators)),
             }
             Ok(ExitCode::SUCCESS)
         }

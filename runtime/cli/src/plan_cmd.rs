@@ -16,6 +16,8 @@ pub struct ManifestJob {
     pub offer: Vec<u32>,
     /// The configuration the job is submitted with.
     pub configuration: std::collections::BTreeMap<String, String>,
+    /// Every operator with its vertex, uid and the state it keeps.
+    pub operators: Vec<floe_datastream::OperatorView>,
 }
 
 /// Builds the manifest's job graph (its job name, arguments and configuration, with the shuffle mode
@@ -50,6 +52,7 @@ pub fn manifest_job(
         mode,
         offer: vec![tm.slots; tm.replicas as usize],
         configuration: conf,
+        operators: built.operators(),
     })
 }
 
@@ -60,8 +63,9 @@ pub enum Format {
     Json,
 }
 
-/// Renders a plan for a person: one line per vertex, region and slot.
-pub fn render_text(view: &PlanView, mode: &str) -> String {
+/// Renders a plan for a person: one line per vertex, region and slot, and per operator when the
+/// plan is of a registered job (its uid names its state in savepoints).
+pub fn render_text(view: &PlanView, mode: &str, operators: &[floe_datastream::OperatorView]) -> String {
     let tasks: u32 = view.vertices.iter().map(|v| v.parallelism).sum();
     let taskmanagers = view
         .slots
@@ -98,6 +102,26 @@ pub fn render_text(view: &PlanView, mode: &str) -> String {
             );
         }
         out.push('\n');
+    }
+    if !operators.is_empty() {
+        let _ = writeln!(out, "\nOperators (uid: what names their state in savepoints):");
+        let width = operators.iter().map(|o| o.name.len()).max().unwrap_or(0);
+        for o in operators {
+            let state = match o.state.as_slice() {
+                [] => "no state".to_string(),
+                s => format!("{} state", s.join(", ")),
+            };
+            let derived = match (o.uid_set, o.state.is_empty()) {
+                (true, _) => "",
+                (false, true) => " (derived)",
+                (false, false) => " (derived: set uid() to keep this state across graph changes)",
+            };
+            let _ = writeln!(
+                out,
+                "  {:<width$}  in {}  uid {}  {state}{derived}",
+                o.name, o.vertex, o.uid
+            );
+        }
     }
     let _ = writeln!(out, "\nPipelined regions:");
     for (i, r) in view.regions.iter().enumerate() {

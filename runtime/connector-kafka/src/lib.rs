@@ -12,6 +12,7 @@ pub mod options;
 pub mod records;
 pub mod sink;
 pub mod source;
+mod write_ahead;
 
 use std::sync::Arc;
 

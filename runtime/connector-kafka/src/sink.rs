@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::options::{DeliveryGuarantee, Partitioner, SinkOptions};
 use crate::records::decode_frame;
 use crate::source::REQUEST_TIMEOUT;
+use crate::write_ahead;
 use crate::{error, kafka_error};
 
 /// How long a flush or a transaction's commit may take.
@@ -97,8 +98,6 @@ pub struct KafkaSinkWriter {
     transactional_id: String,
     marker_group: String,
     last_checkpoint: u64,
-    /// Write-ahead objects of the checkpoint written last, removed after the next one.
-    written: Vec<String>,
     started: bool,
 }
 
@@ -151,7 +150,6 @@ impl KafkaSinkWriter {
             transactional_id,
             marker_group,
             last_checkpoint,
-            written: Vec::new(),
             started: false,
         })
     }
@@ -214,6 +212,7 @@ impl KafkaSinkWriter {
         self.producer = Some(producer);
         self.partition = partition;
         self.started = true;
+        self.remove_orphans().await;
         let restored = std::mem::take(&mut self.pending);
         for p in restored {
             self.write_pending(p).await?;
@@ -271,21 +270,48 @@ impl KafkaSinkWriter {
             Ok(())
         })
         .await?;
-        // The object of the checkpoint written before goes now, this one's once the next is
-        // written: a restore from this checkpoint still finds its records, and its marker alone
-        // tells it they were written (removing the object is no marker: a process can die
-        // between the transaction's commit and the removal).
-        if let Some(store) = &self.store {
-            for file in std::mem::take(&mut self.written) {
-                if let Err(e) = store.delete(&file).await {
-                    tracing::warn!("Kafka sink: removing the write-ahead object {file}: {e}");
-                }
-            }
-        }
-        if !p.file.is_empty() {
-            self.written.push(p.file);
+        // Written (or found written): the object goes. Its marker, not its absence, tells a
+        // restore that the records were written (a process can die between the commit and the
+        // removal); one that finds the object gone reads it as empty and writes nothing.
+        if let Some(store) = &self.store
+            && !p.file.is_empty()
+            && let Err(e) = store.delete(&p.file).await
+        {
+            tracing::warn!("Kafka sink: removing the write-ahead object {}: {e}", p.file);
         }
         Ok(())
+    }
+
+    /// Removes what earlier attempts of this run wrote ahead for checkpoints that never completed
+    /// ([`write_ahead::orphans`]), before this attempt writes any. A failure only leaves them.
+    async fn remove_orphans(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let restored = self.ctx.restored.as_ref().map_or(0, |(c, _)| *c);
+        let prefix = self.options.transactional_id_prefix.clone().unwrap_or_default();
+        let removed = async {
+            let dirs = store.list(write_ahead::ROOT).await?;
+            let mut removed = 0;
+            for id in write_ahead::cleaned_by(&dirs, &prefix, self.ctx.subtask, self.ctx.parallelism) {
+                let dir = write_ahead::run_dir(&id, &self.ctx.job_id);
+                let doomed: Vec<String> = write_ahead::orphans(&store.list(&dir).await?, restored)
+                    .into_iter()
+                    .map(|name| format!("{dir}{name}"))
+                    .collect();
+                store.delete_many(&doomed).await?;
+                removed += doomed.len();
+            }
+            Ok::<_, floe_storage::Error>(removed)
+        };
+        match removed.await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                restored,
+                "Kafka sink: removed {n} write-ahead objects of checkpoints that never completed"
+            ),
+            Err(e) => tracing::warn!("Kafka sink: looking for orphaned write-ahead objects: {e}"),
+        }
     }
 
     fn state(&self) -> Result<Option<String>> {
@@ -334,9 +360,11 @@ impl SinkWriter for KafkaSinkWriter {
             DeliveryGuarantee::ExactlyOnce => {
                 let frames = Bytes::from(std::mem::take(&mut self.batch));
                 if !frames.is_empty() {
-                    let file = format!(
-                        "kafka-sink/{}/{}-{checkpoint}",
-                        self.transactional_id, self.writer_id
+                    let file = write_ahead::object(
+                        &self.transactional_id,
+                        &self.ctx.job_id,
+                        checkpoint,
+                        &self.writer_id,
                     );
                     let store = self
                         .store

@@ -132,6 +132,9 @@ pub enum Control {
     Stop { checkpoint: u64, drain: bool },
     /// This checkpoint completed: sinks commit what it covers.
     Complete(u64),
+    /// Sources: this checkpoint was aborted; send its cancel-checkpoint marker downstream, so no
+    /// task keeps channels blocked waiting for its barrier (Flink's `CancelCheckpointMarker`).
+    Abort(u64),
 }
 
 /// The synchronous part of one task's snapshot for one checkpoint; the TaskManager uploads it and

@@ -107,6 +107,8 @@ pub struct BuiltJob {
     fingerprint: String,
     /// A timed job's `pipeline.auto-watermark-interval`; `None` when the job has no event time.
     time_interval: Option<Duration>,
+    /// Each stream node's operator uid ([`crate::operator_ids`]).
+    uids: Arc<Vec<String>>,
 }
 
 impl std::fmt::Debug for BuiltJob {
@@ -119,7 +121,7 @@ impl std::fmt::Debug for BuiltJob {
     }
 }
 
-fn fnv64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= u64::from(b);
@@ -144,6 +146,7 @@ impl StreamExecutionEnvironment {
         if !nodes.iter().any(|n| matches!(n.kind, NodeKind::Sink(_))) {
             return Err(Error::Graph("the job defines no sink".into()));
         }
+        let uids = crate::operator_ids::operator_uids(&nodes)?;
         let n = nodes.len();
         let edges = resolve_edges(&nodes);
         let is_union = |i: usize| is_virtual(&nodes[i].kind);
@@ -202,12 +205,14 @@ impl StreamExecutionEnvironment {
         let mut vertices = Vec::new();
         let mut chains = Vec::new();
         for &h in &heads {
-            let count = seen.entry(nodes[h].id).or_insert(0);
+            // The head's uid (unique), else its kind, made unique.
+            let named = nodes[h].uid.unwrap_or(nodes[h].id);
+            let count = seen.entry(named).or_insert(0);
             *count += 1;
             let id = if *count == 1 {
-                nodes[h].id.to_string()
+                named.to_string()
             } else {
-                format!("{}-{}", nodes[h].id, count)
+                format!("{named}-{count}")
             };
             let chain: Vec<usize> = (0..n).filter(|&i| head[i] == h).collect();
             let name = chain
@@ -335,6 +340,7 @@ impl StreamExecutionEnvironment {
             configuration: self.configuration.clone(),
             fingerprint,
             time_interval: timed.then_some(self.auto_watermark_interval),
+            uids: Arc::new(uids),
         })
     }
 }
@@ -342,6 +348,39 @@ impl StreamExecutionEnvironment {
 impl BuiltJob {
     pub fn job_graph(&self) -> &JobGraph {
         &self.graph
+    }
+
+    /// Each vertex's id, its chain's stream nodes (head first) and whether it is keyed.
+    fn chains(&self) -> Vec<(String, &[usize], bool)> {
+        self.plans
+            .iter()
+            .enumerate()
+            .map(|(v, p)| {
+                let id = self.graph.vertices()[v].id.clone();
+                (id, p.chain.as_slice(), self.is_keyed(v as u32))
+            })
+            .collect()
+    }
+
+    /// Each vertex's operators that own its tasks' state, by uid: what checkpoints record and
+    /// restores map state by ([`floe_checkpoint::owners`]).
+    pub fn state_owners(&self) -> BTreeMap<String, floe_checkpoint::StateOwners> {
+        crate::operator_ids::state_owners(&self.nodes, &self.uids, &self.chains())
+    }
+
+    /// Every operator with its vertex, uid and the state it keeps (`floe plan`).
+    pub fn operators(&self) -> Vec<crate::OperatorView> {
+        crate::operator_ids::operator_views(&self.nodes, &self.uids, &self.chains())
+    }
+
+    /// The operators that keep state but have no uid of the job's: their state maps by their place
+    /// in the graph, so an operator added before them leaves it unclaimed (the JobManager warns).
+    pub fn stateful_operators_without_uid(&self) -> Vec<String> {
+        self.operators()
+            .into_iter()
+            .filter(|o| !o.uid_set && !o.state.is_empty())
+            .map(|o| format!("{} (vertex {})", o.name, o.vertex))
+            .collect()
     }
 
     /// Stable hash of the JobGraph (structure, chain names, partition types): equal in every

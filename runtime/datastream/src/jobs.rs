@@ -66,6 +66,12 @@ const PIPELINE: JobSpec = JobSpec {
             Some("0"),
             "a deliberately slow sink",
         ),
+        ArgSpec::optional(
+            "latest-first",
+            ArgKind::OneOf(&["true", "false"]),
+            Some("false"),
+            "a keyed reduce before the count that passes every pair on (an upgrade adding an operator upstream)",
+        ),
     ],
 };
 
@@ -296,11 +302,18 @@ pub fn wordcount(env: &mut StreamExecutionEnvironment, args: &[String]) -> Resul
 ///
 /// `--output PATH [--records N (lines; 0 = unbounded; default 100000)] [--rate LINES_PER_S]
 /// [--rate-after LINE:LINES_PER_S (the rate from that line on)] [--seed S] [--source-parallelism P] [--map-parallelism P] [--reduce-parallelism P]
-/// [--sink-delay-us D (a deliberately slow sink)] [--aggregate reduce|sum (default reduce)]`;
-/// output lines `word<TAB>count`.
+/// [--sink-delay-us D (a deliberately slow sink)] [--aggregate reduce|sum (default reduce)]
+/// [--latest-first true|false (default false)]`; output lines `word<TAB>count`.
+///
+/// The source, the counting reduce and the sink set uids, so their state follows them into a
+/// changed job. `--latest-first true` adds an operator before the count: a keyed reduce keeping
+/// each word's latest pair, which passes every `(word, 1)` on unchanged (the same counts); it is
+/// the upgrade that adds an operator upstream, and it takes the vertex id `reduce` (the count's
+/// vertex becomes `reduce-2`).
 pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
-    const KNOWN: [&str; 10] = [
+    const KNOWN: [&str; 11] = [
         "output",
+        "latest-first",
         "aggregate",
         "records",
         "rate",
@@ -372,6 +385,7 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
     let words = env
         .data_generator_at_rates(seed, (records > 0).then_some(records), rates)
         .set_parallelism(sp)
+        .uid("source")
         .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
             tokenize(&line, |w| out.collect((w.to_string(), 1)))
         })
@@ -379,6 +393,20 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
         .uid("map")
         .set_parallelism(mp)
         .start_new_chain();
+    let words = match a.get("latest-first").map(String::as_str) {
+        None | Some("false") => words,
+        Some("true") => words
+            .key_by(|p: &(String, u64)| p.0.clone())
+            .reduce(|_, latest| latest)
+            .set_parallelism(rp)
+            .name("Latest"),
+        Some(other) => {
+            return Err(Error::argument(
+                "--latest-first",
+                format!("expected true or false, got {other:?}"),
+            ));
+        }
+    };
     let keyed = words.key_by(|p: &(String, u64)| p.0.clone());
     let reduced = match a.get("aggregate").map(String::as_str) {
         None | Some("reduce") => keyed.reduce(|a, b| (a.0, a.1 + b.1)),
@@ -391,7 +419,8 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
         }
     }
     .set_parallelism(rp)
-    .name("Reduce");
+    .name("Reduce")
+    .uid("reduce");
     let slowed = if delay.is_zero() {
         reduced
     } else {
@@ -403,7 +432,7 @@ pub fn pipeline(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result
             })
             .set_parallelism(rp)
     };
-    slowed.sink_to_file(&a["output"]).set_parallelism(rp);
+    slowed.sink_to_file(&a["output"]).set_parallelism(rp).uid("sink");
     Ok(())
 }
 

@@ -21,6 +21,7 @@ mod job_spec;
 mod jobs;
 mod latency;
 pub mod nexmark;
+mod operator_ids;
 mod operators;
 mod pace;
 mod state;
@@ -44,6 +45,7 @@ pub use jobs::{
     ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,
 };
 pub use latency::LatencyHistogram;
+pub use operator_ids::OperatorView;
 pub use operators::window::{
     AggregateFunction, ContinuousEventTimeTrigger, ContinuousProcessingTimeTrigger, CountEvictor,
     CountTrigger, EventTimeSessionWindows, EventTimeTrigger, Evictor, GlobalWindows, NeverTrigger,

@@ -553,6 +553,7 @@ impl Running {
                         return Ok(());
                     }
                 }
+                Control::Abort(id) => self.cancel(id).await?,
             }
         }
     }
@@ -562,10 +563,22 @@ impl Running {
             Control::Trigger(id) | Control::Stop { checkpoint: id, .. } if is_source => {
                 self.checkpoint(id, false).await
             }
-            // Barriers reach other tasks through their inputs.
+            // Barriers and their cancel markers reach other tasks through their inputs.
             Control::Trigger(_) | Control::Stop { .. } => Ok(()),
+            Control::Abort(id) if is_source => self.cancel(id).await,
+            Control::Abort(_) => Ok(()),
             Control::Complete(id) => self.complete(id).await,
         }
+    }
+
+    /// Checkpoint `id` was aborted (a source was told, or the input yielded its cancel marker
+    /// once): its marker goes downstream, so an alignment waiting for its barrier ends there too.
+    /// It splits no data (records buffered in the chain may go before or after it).
+    async fn cancel(&mut self, id: u64) -> Result<()> {
+        for w in &mut self.outputs {
+            self.metrics.waiting(Wait::Output, w.emit_cancel(id)).await?;
+        }
+        Ok(())
     }
 
     /// Checkpoint `id` completed: the sink commits what it pre-committed, then a source acts on
@@ -708,6 +721,7 @@ impl Task {
                         task.checkpoint(id, stop).await?;
                         stopped |= stop;
                     }
+                    Some(GateItem::Cancel(id)) => task.cancel(id).await?,
                     // Upstream stopped at the same barrier: nothing follows it; were anything
                     // to, it is the resumed job's to produce.
                     Some(GateItem::Buffer { .. }) if stopped => {

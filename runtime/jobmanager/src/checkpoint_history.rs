@@ -193,6 +193,7 @@ mod tests {
             ]
             .into(),
             max_parallelism: BTreeMap::new(),
+            operators: BTreeMap::new(),
         };
         h.completed(&checkpoint);
         let e = h.get(1).unwrap();

@@ -114,6 +114,7 @@ impl JobManager {
             })
             .collect();
         self.perform(actions);
+        self.notify_aborted_checkpoints();
         let holder = format!("leader epoch {}", self.leader_epoch());
         for (job_id, checkpoint, sources, (stop, drain), store) in triggers {
             let this = self.clone();
@@ -139,6 +140,39 @@ impl JobManager {
                 }
                 for (address, id) in sources {
                     this.send_trigger(address, id, checkpoint, stop, drain);
+                }
+            });
+        }
+    }
+
+    /// Tells the TaskManagers of every job which of its checkpoints were aborted: its sources send
+    /// the cancel-checkpoint marker, which ends any alignment waiting for the barrier (else the
+    /// channels that delivered it stay blocked until the next checkpoint's barrier).
+    fn notify_aborted_checkpoints(&self) {
+        let aborted: Vec<(String, Vec<u64>, Vec<String>)> = self
+            .state()
+            .jobs
+            .values_mut()
+            .filter_map(|job| {
+                let (ids, addresses) = job.master.take_aborted_checkpoints()?;
+                Some((job.master.id.clone(), ids, addresses))
+            })
+            .collect();
+        for (job_id, ids, addresses) in aborted {
+            let this = self.clone();
+            tokio::spawn(async move {
+                for address in addresses {
+                    let Ok(mut c) = this.client(&address).await else {
+                        continue;
+                    };
+                    for &checkpoint in &ids {
+                        let request = pb::CheckpointAbortedRequest {
+                            job_id: job_id.clone(),
+                            checkpoint,
+                        };
+                        // A TaskManager that misses it waits for the next barrier, as before.
+                        let _ = c.notify_checkpoint_aborted(request).await;
+                    }
                 }
             });
         }

@@ -66,6 +66,9 @@ pub struct JobCheckpoints {
     /// every shared file its state still has, so one acknowledged for an older checkpoint and not
     /// named by a retained one is gone from its state for good (a file is never made again).
     unconfirmed: BTreeMap<u64, BTreeSet<String>>,
+    /// Checkpoints aborted whose abort the TaskManagers were not told yet (their sources send
+    /// the cancel-checkpoint marker, so no alignment waits for the barrier until the next one).
+    pub aborted_unsent: Vec<u64>,
 }
 
 impl JobCheckpoints {
@@ -88,6 +91,7 @@ impl JobCheckpoints {
             history: CheckpointHistory::default(),
             id_floor: 0,
             unconfirmed: BTreeMap::new(),
+            aborted_unsent: Vec::new(),
         }
     }
 
@@ -107,6 +111,7 @@ impl JobCheckpoints {
     /// `aborted` was aborted at `now_ms`: if a savepoint was being taken as it, the savepoint failed.
     fn aborted(&mut self, aborted: u64, why: &str, now_ms: u64) {
         self.history.failed(aborted, now_ms, why);
+        self.aborted_unsent.push(aborted);
         if self.savepoint_checkpoint == Some(aborted) {
             self.savepoint_aborted = Some(why.to_string());
         }
@@ -173,46 +178,61 @@ impl JobCheckpoints {
         latest.tasks.get(task).map(|s| (latest.id, s.clone()))
     }
 
-    /// What subtask `subtask` of vertex `vertex` at `parallelism` restores from the latest
-    /// checkpoint, whatever parallelism the vertex had when it was taken (one mechanism for a
-    /// restart, a rescale and a savepoint upgrade: [`floe_checkpoint::redistribute`]). `None`
-    /// without a checkpoint, or when it holds nothing of the vertex.
+    /// What subtask `subtask` of vertex `vertex` (whose state owners are `owners`) at
+    /// `parallelism` restores from the latest checkpoint, whatever parallelism and vertex its
+    /// state had when it was taken (one mechanism for a restart, a rescale and a savepoint
+    /// upgrade: [`floe_checkpoint::redistribute`]). Each part of the state comes from the vertex
+    /// its operator was in then ([`floe_checkpoint::owners`]). `None` without a checkpoint, or
+    /// when it holds nothing of the vertex's operators.
     pub fn restore_for(
         &self,
         vertex: &str,
+        owners: Option<&floe_checkpoint::StateOwners>,
         subtask: u32,
         parallelism: u32,
         max_parallelism: u32,
     ) -> Option<(u64, floe_checkpoint::SubtaskRestore)> {
+        use floe_checkpoint::{StatePart, owners::predecessor};
         let latest = self.latest.as_ref()?;
-        let prefix = format!("{vertex}#");
-        let mut old: Vec<(u32, &TaskSnapshot)> = latest
-            .tasks
-            .iter()
-            .filter_map(|(name, s)| Some((name.strip_prefix(&prefix)?.parse().ok()?, s)))
-            .collect();
-        old.sort_by_key(|(i, _)| *i);
-        // The old subtasks must be 0..n, each once: anything else is not a snapshot of a vertex.
-        if old.is_empty() || old.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+        let from = |old: &str| {
+            let prefix = format!("{old}#");
+            let mut old: Vec<(u32, &TaskSnapshot)> = latest
+                .tasks
+                .iter()
+                .filter_map(|(name, s)| Some((name.strip_prefix(&prefix)?.parse().ok()?, s)))
+                .collect();
+            old.sort_by_key(|(i, _)| *i);
+            // The old subtasks must be 0..n, each once: anything else is not a snapshot of a vertex.
+            if old.is_empty() || old.iter().enumerate().any(|(k, (i, _))| *i as usize != k) {
+                return None;
+            }
+            let old: Vec<&TaskSnapshot> = old.into_iter().map(|(_, s)| s).collect();
+            let key_groups = |p: u32, i: u32| {
+                let r = floe_datastream::data::key_group_range_for_operator(max_parallelism, p, i);
+                *r.start()..*r.end() + 1
+            };
+            Some(floe_checkpoint::redistribute(
+                &old,
+                parallelism,
+                subtask,
+                key_groups,
+                floe_datastream::checkpoint::source_positions,
+            ))
+        };
+        let part = |part| predecessor(&latest.operators, owners, vertex, part).and_then(|old| from(&old));
+        let (head, sink) = (part(StatePart::Head), part(StatePart::Sink));
+        if head.is_none() && sink.is_none() {
             return None;
         }
-        let old: Vec<&TaskSnapshot> = old.into_iter().map(|(_, s)| s).collect();
-        let key_groups = |p: u32, i: u32| {
-            let r = floe_datastream::data::key_group_range_for_operator(max_parallelism, p, i);
-            *r.start()..*r.end() + 1
-        };
-        let restore = floe_checkpoint::redistribute(
-            &old,
-            parallelism,
-            subtask,
-            key_groups,
-            floe_datastream::checkpoint::source_positions,
-        );
+        let (head, sink) = (head.unwrap_or_default(), sink.unwrap_or_default());
         Some((
             latest.id,
             floe_checkpoint::SubtaskRestore {
+                keyed: head.keyed,
+                positions: head.positions,
+                broadcast: head.broadcast,
+                sinks: sink.sinks,
                 storage: self.restored_savepoint.clone(),
-                ..restore
             },
         ))
     }
@@ -412,6 +432,7 @@ mod tests {
             completed_ms: 0,
             tasks: Default::default(),
             max_parallelism: Default::default(),
+            operators: Default::default(),
         };
         for (latest, floor, first) in [
             (None, 0, 1),
@@ -433,6 +454,27 @@ mod tests {
                 "from {latest:?} above {floor}"
             );
         }
+    }
+
+    /// Issue 31, item 9: every abort (an expiry, a decline) is queued once for the TaskManagers,
+    /// whose sources send the cancel-checkpoint marker.
+    #[test]
+    fn aborted_checkpoints_are_queued_for_the_taskmanagers_once() {
+        let tasks = vec!["source#0".to_string(), "sum#0".to_string()];
+        let mut c = JobCheckpoints::new("j", config(), tasks.clone(), vec!["source#0".into()]);
+        c.resume_from("j", tasks, vec!["source#0".into()], None);
+        assert_eq!(c.maybe_trigger(0, true, &[]).map(|t| t.0), Some(1));
+        assert!(c.aborted_unsent.is_empty());
+        // Past the 5 s timeout: 1 expires, and 2 is triggered (due since 1 s).
+        assert_eq!(c.maybe_trigger(5_001, true, &[]).map(|t| t.0), Some(2));
+        assert_eq!(c.aborted_unsent, [1]);
+        c.abort(Some(2), "sum#0 declined", 5_100);
+        assert_eq!(std::mem::take(&mut c.aborted_unsent), [1, 2]);
+        c.abort(Some(2), "again", 5_200);
+        assert!(
+            c.aborted_unsent.is_empty(),
+            "an abort of nothing pending is no abort"
+        );
     }
 
     /// Issue 31, item 11: a shared file uploaded for a checkpoint that never completed (expired,

@@ -256,11 +256,15 @@ pub enum UpgradeMode {
     LastState,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// This process's pods only: merged over `spec.podTemplate` (Flink's
+    /// `jobManager.podTemplate` / `taskManager.podTemplate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplate>,
 }
 
 /// Requested (and limited) CPU and memory of each process, as Kubernetes quantities.
@@ -273,7 +277,7 @@ pub struct Resources {
     pub memory: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskManagerSpec {
     /// TaskManagers to run; with the autoscaler and `maxReplicas`, the fewest.
@@ -289,6 +293,9 @@ pub struct TaskManagerSpec {
     pub slots: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
+    /// The TaskManager pods only: merged over `spec.podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplate>,
 }
 
 /// Pod-template-style additions the operator applies to the JobManager and TaskManager pods.
@@ -308,6 +315,114 @@ pub struct PodTemplate {
     /// the user and group itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
+    /// A Kubernetes `PodTemplateSpec`'s `metadata` (labels, annotations), as in Flink's
+    /// `podTemplate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub metadata: Option<serde_json::Value>,
+    /// A Kubernetes `PodTemplateSpec`'s `spec`, as in Flink's `podTemplate`: node selector,
+    /// tolerations, affinity, volumes, image pull secrets, init and sidecar containers, and the
+    /// main container (named `flink-main-container` as in Flink, or `jobmanager` /
+    /// `taskmanager`) with its mounts, environment and resources. The operator's pod is merged
+    /// over it (objects key by key, lists of named items by name): the operator keeps what runs
+    /// the process (the main container's image, arguments, ports, probes, working directory, and
+    /// its own volumes, mounts and labels); everything else the template gives is kept, and its
+    /// security contexts and annotations replace the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
+    pub spec: Option<serde_json::Value>,
+}
+
+/// A schema that takes any object, as Kubernetes types a `PodTemplateSpec` inside a CRD that does
+/// not embed its whole schema (it is checked when the spec is validated instead).
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+impl PodTemplate {
+    /// What Kubernetes would refuse of the template at `field` (`spec.podTemplate`): metadata that
+    /// is no `ObjectMeta`, a spec that is no `PodSpec`, or a container without a name (the
+    /// operator merges containers by name).
+    pub fn validate(&self, field: &str) -> Result<()> {
+        use k8s_openapi::api::core::v1::PodSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        if let Some(metadata) = &self.metadata {
+            let field = format!("{field}.metadata");
+            match serde_json::from_value::<ObjectMeta>(metadata.clone()) {
+                Err(e) => {
+                    return field_error(
+                        &field,
+                        format!("expected a pod template's metadata (labels, annotations): {e}"),
+                    );
+                }
+                Ok(read) => unknown_field(&field, metadata, &read)?,
+            }
+        }
+        let Some(spec) = &self.spec else {
+            return Ok(());
+        };
+        let Some(object) = spec.as_object() else {
+            return field_error(format!("{field}.spec"), "expected a pod spec (an object)");
+        };
+        for list in ["containers", "initContainers"] {
+            for (i, c) in object
+                .get(list)
+                .and_then(|l| l.as_array())
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if c.get("name").and_then(|n| n.as_str()).is_none_or(str::is_empty) {
+                    return field_error(
+                        format!("{field}.spec.{list}[{i}].name"),
+                        "expected a container name (flink-main-container for the main container)",
+                    );
+                }
+            }
+        }
+        // A template need not name any container: it is a pod spec once the operator's is in.
+        let mut complete = object.clone();
+        complete
+            .entry("containers")
+            .or_insert_with(|| serde_json::json!([]));
+        let complete = serde_json::Value::Object(complete);
+        match serde_json::from_value::<PodSpec>(complete.clone()) {
+            Err(e) => field_error(
+                format!("{field}.spec"),
+                format!("expected a Kubernetes pod spec: {e}"),
+            ),
+            Ok(read) => unknown_field(&format!("{field}.spec"), &complete, &read),
+        }
+    }
+}
+
+/// Refuses a field of `given` that reading it as `read`'s type dropped (a misspelt `nodeSelecter`
+/// would otherwise vanish without a word, as the API server's strict field validation refuses it).
+fn unknown_field(field: &str, given: &serde_json::Value, read: &impl Serialize) -> Result<()> {
+    fn dropped(given: &serde_json::Value, kept: &serde_json::Value, path: &str) -> Option<String> {
+        use serde_json::Value;
+        match (given, kept) {
+            (Value::Object(g), Value::Object(k)) => g.iter().find_map(|(key, v)| match k.get(key) {
+                None if !v.is_null() => Some(format!("{path}.{key}")),
+                None => None,
+                Some(kv) => dropped(v, kv, &format!("{path}.{key}")),
+            }),
+            (Value::Array(g), Value::Array(k)) => g
+                .iter()
+                .zip(k)
+                .enumerate()
+                .find_map(|(i, (gv, kv))| dropped(gv, kv, &format!("{path}[{i}]"))),
+            _ => None,
+        }
+    }
+    let kept = serde_json::to_value(read).unwrap_or_default();
+    match dropped(given, &kept, field) {
+        Some(path) => field_error(path, "unknown field: Kubernetes has no field of that name there"),
+        None => Ok(()),
+    }
 }
 
 /// What the operator observed, in the shape of the flink-kubernetes-operator's FlinkDeployment status.
@@ -617,6 +732,11 @@ pub const PERIODIC_SAVEPOINT_INTERVAL_KEY: &str = "kubernetes.operator.periodic.
 pub const JM_SHUTDOWN_TTL_KEY: &str = "kubernetes.operator.jm-deployment.shutdown-ttl";
 /// How many completed savepoints `status.jobStatus.savepointInfo.savepointHistory` keeps.
 pub const SAVEPOINT_HISTORY_MAX_COUNT_KEY: &str = "kubernetes.operator.savepoint.history.max.count";
+/// How long a completed savepoint stays in the history (unset: no limit).
+pub const SAVEPOINT_HISTORY_MAX_AGE_KEY: &str = "kubernetes.operator.savepoint.history.max.age";
+/// Whether a savepoint that leaves the history is disposed of (its files deleted; Flink's
+/// default, `true`), or only forgotten.
+pub const SAVEPOINT_CLEANUP_KEY: &str = "kubernetes.operator.savepoint.cleanup.enabled";
 
 /// Where savepoints go when a trigger names no directory (Flink's key): the operator's upgrade,
 /// suspend and periodic savepoints.
@@ -689,6 +809,22 @@ impl FlinkJobSpec {
         if let Some(jm) = &self.job_manager {
             validate_resources("spec.jobManager", &jm.resources)?;
         }
+        let templates = [
+            ("spec.podTemplate", self.pod_template.as_ref()),
+            (
+                "spec.jobManager.podTemplate",
+                self.job_manager.as_ref().and_then(|j| j.pod_template.as_ref()),
+            ),
+            (
+                "spec.taskManager.podTemplate",
+                self.task_manager.pod_template.as_ref(),
+            ),
+        ];
+        for (field, template) in templates {
+            if let Some(t) = template {
+                t.validate(field)?;
+            }
+        }
         if let Some(Err(e)) = self
             .configuration
             .get("execution.batch-shuffle-mode")
@@ -750,6 +886,22 @@ impl FlinkJobSpec {
             return field_error(
                 format!("spec.configuration[{SAVEPOINT_HISTORY_MAX_COUNT_KEY}]"),
                 format!("expected a positive integer, got {v:?}"),
+            );
+        }
+        if let Some(v) = self.configuration.get(SAVEPOINT_HISTORY_MAX_AGE_KEY)
+            && parse_duration(v).is_none_or(|d| d.is_zero())
+        {
+            return field_error(
+                format!("spec.configuration[{SAVEPOINT_HISTORY_MAX_AGE_KEY}]"),
+                format!("expected a positive duration such as \"7 d\" or \"24 h\", got {v:?}"),
+            );
+        }
+        if let Some(v) = self.configuration.get(SAVEPOINT_CLEANUP_KEY)
+            && !matches!(v.trim(), "true" | "false")
+        {
+            return field_error(
+                format!("spec.configuration[{SAVEPOINT_CLEANUP_KEY}]"),
+                format!("expected true or false, got {v:?}"),
             );
         }
         if let Some(path) = &self.job.initial_savepoint_path {

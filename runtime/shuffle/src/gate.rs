@@ -46,6 +46,7 @@ enum Event {
     Opened(usize, mpsc::UnboundedSender<ReadRequest>),
     Buffer(usize, TrackedBuffer),
     Barrier(usize, u64),
+    Cancel(usize, u64),
     End(usize),
     Failed(Error),
 }
@@ -70,6 +71,7 @@ enum GateState {
 enum ChannelItem {
     Buffer(TrackedBuffer),
     Barrier(u64),
+    Cancel(u64),
     End,
 }
 
@@ -83,9 +85,16 @@ enum ChannelItem {
 /// its held items are replayed in order, which re-blocks it at its newer barrier. A held buffer's
 /// credit goes out only when the task takes it, so a blocked channel holds at most its credit's
 /// worth of buffers.
+///
+/// A cancel-checkpoint marker (the checkpoint was aborted, and some channel will never deliver
+/// its barrier) ends the alignment of that checkpoint at once, as a newer barrier would; the
+/// checkpoint's barriers that still come, and its markers on other channels, are passed over.
 #[derive(Debug)]
 struct Alignment {
+    /// The barrier being aligned, as on the wire (a stop barrier's flag kept).
     checkpoint: Option<u64>,
+    /// The newest checkpoint aligned or cancelled: its barriers and older ones are stragglers.
+    done: u64,
     blocked: Vec<bool>,
     ended: Vec<bool>,
     held: std::collections::VecDeque<(usize, ChannelItem)>,
@@ -95,10 +104,28 @@ impl Alignment {
     fn new(streams: usize) -> Self {
         Alignment {
             checkpoint: None,
+            done: 0,
             blocked: vec![false; streams],
             ended: vec![false; streams],
             held: std::collections::VecDeque::new(),
         }
+    }
+
+    /// Channel `index` delivered the cancel-checkpoint marker of `id`; `Some(id)` the first time
+    /// (the task sends it on), `None` for a checkpoint aligned or cancelled already, or older than
+    /// the one being aligned.
+    fn cancel(&mut self, id: u64) -> Option<u64> {
+        let aligning = self.checkpoint.map(crate::checkpoint_of_barrier);
+        if id <= self.done || aligning.is_some_and(|current| current > id) {
+            return None;
+        }
+        self.done = id;
+        if aligning.is_some() {
+            // Every channel flows again; what the blocked ones hold is replayed in order first.
+            self.checkpoint = None;
+            self.blocked.iter_mut().for_each(|b| *b = false);
+        }
+        Some(id)
     }
 
     /// Channel `index` delivered `item`: held when the channel is blocked, otherwise handed back to
@@ -118,9 +145,13 @@ impl Alignment {
         self.held.remove(at)
     }
 
-    /// Channel `index` delivered barrier `id`; `Some(id)` when that completes the alignment.
-    fn barrier(&mut self, index: usize, id: u64) -> Option<u64> {
-        match self.checkpoint {
+    /// Channel `index` delivered barrier `wire`; `Some(wire)` when that completes the alignment.
+    fn barrier(&mut self, index: usize, wire: u64) -> Option<u64> {
+        let id = crate::checkpoint_of_barrier(wire);
+        if id <= self.done {
+            return None; // a straggler of a checkpoint aligned or cancelled
+        }
+        match self.checkpoint.map(crate::checkpoint_of_barrier) {
             Some(current) if id < current => return None, // an aborted checkpoint's straggler
             Some(current) if id > current => {
                 // The aligned checkpoint was abandoned upstream: start over for the newer one.
@@ -128,10 +159,10 @@ impl Alignment {
                 // in order first (`next_released`), so their own newer barrier blocks them again
                 // only after the data that preceded it.
                 self.blocked.iter_mut().for_each(|b| *b = false);
-                self.checkpoint = Some(id);
+                self.checkpoint = Some(wire);
             }
             Some(_) => {}
-            None => self.checkpoint = Some(id),
+            None => self.checkpoint = Some(wire),
         }
         self.blocked[index] = true;
         self.complete()
@@ -150,6 +181,7 @@ impl Alignment {
             return None;
         }
         self.checkpoint = None;
+        self.done = crate::checkpoint_of_barrier(id);
         self.blocked.iter_mut().for_each(|b| *b = false);
         Some(id)
     }
@@ -308,6 +340,7 @@ impl InputGate for RemoteInputGate {
                         }
                         Some(Event::Buffer(index, buffer)) => (index, ChannelItem::Buffer(buffer)),
                         Some(Event::Barrier(index, id)) => (index, ChannelItem::Barrier(id)),
+                        Some(Event::Cancel(index, id)) => (index, ChannelItem::Cancel(id)),
                         Some(Event::End(index)) => (index, ChannelItem::End),
                         Some(Event::Failed(error)) => {
                             // Dropping the state aborts the other streams: the task fails as a whole.
@@ -339,6 +372,12 @@ impl InputGate for RemoteInputGate {
                     grant_credit(credits, index);
                     if let Some(id) = alignment.barrier(index, id) {
                         return Ok(Some(GateItem::Barrier(id)));
+                    }
+                }
+                ChannelItem::Cancel(id) => {
+                    grant_credit(credits, index);
+                    if let Some(id) = alignment.cancel(id) {
+                        return Ok(Some(GateItem::Cancel(id)));
                     }
                 }
                 ChannelItem::End => {
@@ -482,6 +521,12 @@ impl Stream {
                         return Ok(());
                     }
                 }
+                ReadItem::Cancel(id) => {
+                    credit -= 1;
+                    if events.send(Event::Cancel(self.index, id)).is_err() {
+                        return Ok(());
+                    }
+                }
                 ReadItem::End => {
                     let _ = events.send(Event::End(self.index));
                     return Ok(());
@@ -508,8 +553,12 @@ impl Stream {
                 data,
                 end_of_partition,
                 barrier,
+                cancel,
             } = message;
             if barrier != 0 && events.send(Event::Barrier(self.index, barrier)).is_err() {
+                return Ok(());
+            }
+            if cancel != 0 && events.send(Event::Cancel(self.index, cancel)).is_err() {
                 return Ok(());
             }
             if !data.is_empty() {
@@ -647,5 +696,40 @@ mod tests {
         assert!(!a.blocked[0] && a.blocked[2]);
         assert_eq!(a.barrier(0, 2), None);
         assert_eq!(a.barrier(0, 3), Some(3));
+    }
+
+    /// Issue 31, item 9: the cancel-checkpoint marker of an aborted checkpoint releases its
+    /// alignment at once instead of at the next checkpoint's barrier.
+    #[test]
+    fn a_cancel_marker_ends_the_alignment_of_its_checkpoint_once() {
+        let mut a = Alignment::new(3);
+        assert_eq!(a.barrier(0, 5), None);
+        assert_eq!(a.cancel(5), Some(5));
+        assert!(a.blocked.iter().all(|b| !b), "every channel flows again");
+        assert_eq!(a.cancel(5), None, "sent on once");
+        assert_eq!(
+            a.barrier(1, 5),
+            None,
+            "its barriers that still come are passed over"
+        );
+        assert!(!a.blocked[1]);
+        // The marker of a checkpoint whose barrier came on no channel yet: its barriers are
+        // passed over too.
+        assert_eq!(a.cancel(6), Some(6));
+        assert_eq!(a.barrier(0, 6), None);
+        assert!(!a.blocked[0]);
+        // A marker older than the alignment under way leaves it be.
+        assert_eq!(a.barrier(0, 8), None);
+        assert_eq!(a.cancel(7), None);
+        assert!(a.blocked[0]);
+        assert_eq!(a.barrier(1, 8), None);
+        assert_eq!(a.barrier(2, 8), Some(8));
+        // A stop barrier (top bit set) is cancelled by its checkpoint's id.
+        let stop = 9 | 1 << 63;
+        assert_eq!(a.barrier(0, stop), None);
+        assert!(a.blocked[0]);
+        assert_eq!(a.cancel(9), Some(9));
+        assert!(!a.blocked[0]);
+        assert_eq!(a.barrier(1, stop), None);
     }
 }

@@ -144,6 +144,13 @@ pub trait PartitionWriter: Send {
         let _ = checkpoint;
         Ok(())
     }
+    /// Puts the cancel-checkpoint marker of `checkpoint` (aborted) into every subpartition, after
+    /// the buffers emitted so far: a consumer aligning its barrier stops waiting for it. Pipelined
+    /// partitions only, as barriers.
+    async fn emit_cancel(&mut self, checkpoint: u64) -> Result<()> {
+        let _ = checkpoint;
+        Ok(())
+    }
     async fn finish(self: Box<Self>) -> Result<PartitionStats>;
     /// Its queued buffers over what it may queue (pipelined partitions; a blocking one writes to
     /// disk and queues nothing).
@@ -160,6 +167,17 @@ pub enum GateItem {
     Buffer { channel: usize, data: Bytes },
     /// Every channel delivered the barrier of this checkpoint (aligned): the task snapshots now.
     Barrier(u64),
+    /// Some channel delivered the cancel-checkpoint marker of this checkpoint (Flink's
+    /// `CancelCheckpointMarker`): its alignment ended without a snapshot, every channel flows
+    /// again, and its barriers that still come are passed over. Yielded once per checkpoint; the
+    /// task sends it on downstream.
+    Cancel(u64),
+}
+
+/// The checkpoint a barrier's id on the wire is of: the top bit flags a stop-with-savepoint
+/// barrier (`floe_datastream::checkpoint::STOP_BARRIER`), which aligns like any other.
+pub fn checkpoint_of_barrier(wire: u64) -> u64 {
+    wire & !(1 << 63)
 }
 
 /// Task side, consumer: the channels of one input, merged in arrival order.
@@ -189,7 +207,7 @@ pub trait InputGate: Send {
         loop {
             match self.next().await? {
                 Some(GateItem::Buffer { data, .. }) => return Ok(Some(data)),
-                Some(GateItem::Barrier(_)) => {}
+                Some(GateItem::Barrier(_) | GateItem::Cancel(_)) => {}
                 None => return Ok(None),
             }
         }

@@ -70,6 +70,8 @@ fn check_subpartition(name: &str, subpartition: u32, count: u32) -> Result<usize
 pub(crate) enum ReadItem {
     Data(Bytes),
     Barrier(u64),
+    /// The cancel-checkpoint marker of this checkpoint.
+    Cancel(u64),
     End,
 }
 
@@ -96,6 +98,7 @@ impl SubpartitionReader {
 enum QueueItem {
     Data(TrackedBuffer),
     Barrier(u64),
+    Cancel(u64),
     End,
 }
 
@@ -260,6 +263,16 @@ impl PartitionWriter for PipelinedWriter {
         Ok(())
     }
 
+    async fn emit_cancel(&mut self, checkpoint: u64) -> Result<()> {
+        // No queue slot either, as barriers.
+        for sender in &self.senders {
+            sender
+                .send(QueueItem::Cancel(checkpoint))
+                .map_err(|_| Error::Released(self.partition.name.clone()))?;
+        }
+        Ok(())
+    }
+
     async fn finish(self: Box<Self>) -> Result<PartitionStats> {
         for sender in &self.senders {
             sender
@@ -301,6 +314,7 @@ impl PipelinedReader {
         match rx.recv().await {
             Some(QueueItem::Data(buffer)) => Ok(ReadItem::Data(buffer.into_bytes())),
             Some(QueueItem::Barrier(id)) => Ok(ReadItem::Barrier(id)),
+            Some(QueueItem::Cancel(id)) => Ok(ReadItem::Cancel(id)),
             Some(QueueItem::End) => {
                 self.ended = true;
                 Ok(ReadItem::End)

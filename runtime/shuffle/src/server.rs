@@ -77,6 +77,7 @@ impl ReadState {
                     data,
                     end_of_partition: false,
                     barrier: 0,
+                    cancel: 0,
                 })
             }
             Ok(ReadItem::Barrier(id)) => {
@@ -85,6 +86,16 @@ impl ReadState {
                     data: bytes::Bytes::new(),
                     end_of_partition: false,
                     barrier: id,
+                    cancel: 0,
+                })
+            }
+            Ok(ReadItem::Cancel(id)) => {
+                self.credit -= 1;
+                Ok(ShuffleBuffer {
+                    data: bytes::Bytes::new(),
+                    end_of_partition: false,
+                    barrier: 0,
+                    cancel: id,
                 })
             }
             Ok(ReadItem::End) => {
@@ -93,6 +104,7 @@ impl ReadState {
                     data: bytes::Bytes::new(),
                     end_of_partition: true,
                     barrier: 0,
+                    cancel: 0,
                 })
             }
             Err(error) => {

@@ -6,7 +6,8 @@
 //! barrier `n` is not read again until every other gate still open yielded `n` too. Not reading a
 //! gate is all the holding back it needs: its channels stop getting credit, so what they send after
 //! the barrier waits upstream. Channels are numbered across the gates in order (gate 0's first),
-//! so a task can tell its inputs apart by channel.
+//! so a task can tell its inputs apart by channel. A gate's cancel-checkpoint marker ends the
+//! alignment of its checkpoint across the gates as well.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +15,7 @@ use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 
-use crate::{GateItem, InputGate, Result};
+use crate::{GateItem, InputGate, Result, checkpoint_of_barrier};
 
 /// The gates of a task's inputs read as one, in JobGraph input order.
 pub struct UnionInputGate {
@@ -23,7 +24,7 @@ pub struct UnionInputGate {
     offsets: Vec<usize>,
     /// The checkpoint being aligned and which gates yielded its barrier.
     checkpoint: Option<u64>,
-    /// The last checkpoint aligned: a barrier not newer than it is a straggler.
+    /// The last checkpoint aligned or cancelled: a barrier not newer than it is a straggler.
     completed: Option<u64>,
     blocked: Vec<bool>,
     ended: Vec<bool>,
@@ -74,25 +75,43 @@ impl UnionInputGate {
             .collect()
     }
 
-    /// Gate `index` yielded barrier `id`; `Some(id)` when every gate still open has.
-    fn barrier(&mut self, index: usize, id: u64) -> Option<u64> {
+    /// Gate `index` yielded barrier `wire`; `Some(wire)` when every gate still open has.
+    fn barrier(&mut self, index: usize, wire: u64) -> Option<u64> {
+        let id = checkpoint_of_barrier(wire);
         if self.completed.is_some_and(|c| id <= c) {
             return None;
         }
-        match self.checkpoint {
+        match self.checkpoint.map(checkpoint_of_barrier) {
             // A straggler of a checkpoint abandoned for a newer one.
             Some(current) if id < current => return None,
             Some(current) if id > current => {
                 // The older alignment was abandoned upstream: the gates held at it flow again and
                 // reach their own newer barrier after the data before it.
                 self.blocked.iter_mut().for_each(|b| *b = false);
-                self.checkpoint = Some(id);
+                self.checkpoint = Some(wire);
             }
             Some(_) => {}
-            None => self.checkpoint = Some(id),
+            None => self.checkpoint = Some(wire),
         }
         self.blocked[index] = true;
         self.complete()
+    }
+
+    /// A gate yielded the cancel-checkpoint marker of `id`; `Some(id)` the first time (the task
+    /// sends it on), when it ends the alignment of that checkpoint or comes before any barrier
+    /// of it; `None` for a checkpoint aligned or cancelled already, or older than the one being
+    /// aligned.
+    fn cancel(&mut self, id: u64) -> Option<u64> {
+        let aligning = self.checkpoint.map(checkpoint_of_barrier);
+        if self.completed.is_some_and(|c| id <= c) || aligning.is_some_and(|current| current > id) {
+            return None;
+        }
+        self.completed = Some(id);
+        if aligning.is_some() {
+            self.checkpoint = None;
+            self.blocked.iter_mut().for_each(|b| *b = false);
+        }
+        Some(id)
     }
 
     fn complete(&mut self) -> Option<u64> {
@@ -101,7 +120,7 @@ impl UnionInputGate {
             return None;
         }
         self.checkpoint = None;
-        self.completed = Some(id);
+        self.completed = Some(checkpoint_of_barrier(id));
         self.blocked.iter_mut().for_each(|b| *b = false);
         Some(id)
     }
@@ -146,6 +165,11 @@ impl InputGate for UnionInputGate {
                 Some(GateItem::Barrier(id)) => {
                     if let Some(id) = self.barrier(index, id) {
                         return Ok(Some(GateItem::Barrier(id)));
+                    }
+                }
+                Some(GateItem::Cancel(id)) => {
+                    if let Some(id) = self.cancel(id) {
+                        return Ok(Some(GateItem::Cancel(id)));
                     }
                 }
                 None => {
@@ -274,5 +298,36 @@ mod tests {
         assert_eq!(next(&mut union).await, None);
         // A barrier older than the last one completed is ignored as well.
         assert_eq!(union.barrier(0, 4), None);
+    }
+
+    /// Issue 31, item 9: b's cancel-checkpoint marker of 7 releases a, held at 7, at once; b's
+    /// late barrier 7 is passed over, and the marker is yielded once.
+    #[tokio::test]
+    async fn a_cancel_marker_releases_every_gate_held_at_its_checkpoint() {
+        let ((a, ga), (b, gb)) = (gate(1), gate(1));
+        let mut union = UnionInputGate::new(vec![ga, gb]);
+        a.lock().unwrap().extend([
+            Some(GateItem::Barrier(7)),
+            buffer(0, "a-after"),
+            Some(GateItem::Cancel(7)),
+        ]);
+        let held = tokio::time::timeout(std::time::Duration::from_millis(100), union.next()).await;
+        assert!(held.is_err(), "a is held at 7 while b says nothing");
+        b.lock().unwrap().extend([
+            Some(GateItem::Cancel(7)),
+            Some(GateItem::Barrier(7)),
+            buffer(0, "b"),
+        ]);
+        assert_eq!(next(&mut union).await, Some(GateItem::Cancel(7)));
+        let mut rest = vec![next(&mut union).await, next(&mut union).await];
+        rest.sort_by_key(|i| format!("{i:?}"));
+        assert_eq!(rest, [buffer(0, "a-after"), buffer(1, "b")]);
+        a.lock().unwrap().push_back(None);
+        b.lock().unwrap().push_back(None);
+        assert_eq!(
+            next(&mut union).await,
+            None,
+            "a's own marker of 7 is not yielded again"
+        );
     }
 }

@@ -216,6 +216,7 @@ async fn a_newer_barrier_never_overtakes_data_held_by_an_abandoned_alignment() {
             seen.push(match item {
                 GateItem::Buffer { data: b, .. } => String::from_utf8(b.to_vec()).unwrap(),
                 GateItem::Barrier(n) => format!("barrier {n}"),
+                GateItem::Cancel(n) => format!("cancel {n}"),
             });
         }
         seen
@@ -237,6 +238,76 @@ async fn a_newer_barrier_never_overtakes_data_held_by_an_abandoned_alignment() {
         vec!["d1", "barrier 2", "e1"],
         "d1 precedes barrier 2 on its channel; abandoned checkpoint 1 is never yielded"
     );
+}
+
+/// Issue 31, item 9: checkpoint 1 was aborted: channel 0's source sent barrier 1 and then data,
+/// channel 1's source never sent barrier 1 but its cancel-checkpoint marker. The gate yields the
+/// marker and channel 0's data at once, not at checkpoint 2's barrier (no barrier 2 is ever
+/// sent here), and passes over channel 0's own marker that follows. In process and over gRPC.
+async fn a_cancel_marker_releases_an_alignment_at_once(remote: bool) {
+    use floe_shuffle::GateItem;
+    let (producer_dir, consumer_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let producer = environment(&producer_dir, |_| {});
+    let consumer = if remote {
+        environment(&consumer_dir, |_| {})
+    } else {
+        producer.clone()
+    };
+    let address = if remote {
+        serve(&producer).await
+    } else {
+        let address = "127.0.0.1:1".to_string();
+        producer.set_local_address(&address);
+        address
+    };
+    let job = if remote {
+        "job-cancel-remote"
+    } else {
+        "job-cancel-local"
+    };
+    let (p0, p1) = (partition_id(job, 0, 0), partition_id(job, 0, 1));
+    let mut gate = consumer.create_input_gate(vec![spec(&p0, &address, 0..1), spec(&p1, &address, 0..1)]);
+    let mut w0 = producer.create_writer(p0, 1, PartitionKind::Pipelined).unwrap();
+    let mut w1 = producer.create_writer(p1, 1, PartitionKind::Pipelined).unwrap();
+    w0.emit_barrier(1).await.unwrap();
+    w0.emit(0, Bytes::from_static(b"d1")).await.unwrap();
+    w0.emit(0, Bytes::from_static(b"d2")).await.unwrap();
+    let mut next = async || {
+        let item = tokio::time::timeout(Duration::from_secs(10), gate.next())
+            .await
+            .expect("the gate yields within 10 s")
+            .unwrap();
+        match item {
+            Some(GateItem::Buffer { data: b, .. }) => String::from_utf8(b.to_vec()).unwrap(),
+            Some(GateItem::Barrier(n)) => format!("barrier {n}"),
+            Some(GateItem::Cancel(n)) => format!("cancel {n}"),
+            None => "end".to_string(),
+        }
+    };
+    // Channel 0 is held at barrier 1.
+    let held = tokio::time::timeout(Duration::from_millis(300), next()).await;
+    assert!(held.is_err(), "d1 must wait while checkpoint 1 aligns: {held:?}");
+    w1.emit_cancel(1).await.unwrap();
+    w0.emit_cancel(1).await.unwrap();
+    let seen = vec![next().await, next().await, next().await];
+    assert_eq!(
+        seen,
+        ["cancel 1", "d1", "d2"],
+        "released at once, the marker yielded once"
+    );
+    w0.finish().await.unwrap();
+    w1.finish().await.unwrap();
+    assert_eq!(next().await, "end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_marker_releases_an_alignment_at_once_in_process() {
+    a_cancel_marker_releases_an_alignment_at_once(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_marker_releases_an_alignment_at_once_over_grpc() {
+    a_cancel_marker_releases_an_alignment_at_once(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -440,6 +440,7 @@ mod tests {
         for (id, snapshot) in [(1, &first), (2, &second)] {
             let metadata = floe_checkpoint::CompletedCheckpoint {
                 max_parallelism: BTreeMap::new(),
+                operators: BTreeMap::new(),
                 job_id: "job".into(),
                 id,
                 triggered_ms: 0,

@@ -97,6 +97,24 @@ impl TaskExecutor for TaskManager {
         Ok(Response::new(pb::Ack {}))
     }
 
+    /// Checkpoint aborted: every task of the job hears it; the sources among them send its
+    /// cancel-checkpoint marker downstream.
+    async fn notify_checkpoint_aborted(
+        &self,
+        request: Request<pb::CheckpointAbortedRequest>,
+    ) -> Result<Response<pb::Ack>, Status> {
+        self.admit_call(&request)?;
+        let r = request.into_inner();
+        for ((job_id, _, _, _), task) in lock(&self.inner.tasks).iter() {
+            if *job_id == r.job_id
+                && let Some(control) = &task.control
+            {
+                let _ = control.send(Control::Abort(r.checkpoint));
+            }
+        }
+        Ok(Response::new(pb::Ack {}))
+    }
+
     async fn release_partitions(
         &self,
         request: Request<pb::ReleasePartitionsRequest>,

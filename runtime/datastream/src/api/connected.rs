@@ -42,6 +42,7 @@ impl<T: Data> DataStream<T> {
         let node = push_node(
             &self.shared,
             StreamNode {
+                uid: None,
                 id: "union",
                 name: "Union".into(),
                 parallelism: Par::Default,
@@ -101,6 +102,7 @@ fn two_input_node<A: Data, B: Data, O: Data>(
     let node = push_node(
         &shared.shared,
         StreamNode {
+            uid: None,
             id,
             name: name.to_string(),
             parallelism: Par::Default,

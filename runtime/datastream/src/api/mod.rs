@@ -92,7 +92,11 @@ impl NodeInput {
 /// One transformation of the stream graph.
 #[derive(Clone)]
 pub(crate) struct StreamNode {
+    /// Its kind (`reduce`, `sink`, `broadcast-process`).
     pub id: &'static str,
+    /// The uid the job set (`uid()`): its state's name in checkpoints ([`crate::operator_ids`]),
+    /// and the name of the vertex it heads (else the vertex is named after its kind).
+    pub uid: Option<&'static str>,
     pub name: String,
     pub parallelism: Par,
     /// Its input edges: none for a source, one for most operators, one per stream of a union
@@ -316,6 +320,7 @@ impl StreamExecutionEnvironment {
         let node = push_node(
             &self.shared,
             StreamNode {
+                uid: None,
                 id,
                 name,
                 parallelism: par,
@@ -599,6 +604,7 @@ impl<T: Data> DataStream<T> {
         let node = push_node(
             &self.shared,
             StreamNode {
+                uid: None,
                 id,
                 name: name.to_string(),
                 parallelism,
@@ -756,6 +762,7 @@ impl<T: Data> DataStream<T> {
         let node = push_node(
             &self.shared,
             StreamNode {
+                uid: None,
                 id: "side-output",
                 name: format!("SideOutput({})", tag.id()),
                 parallelism: Par::Default,
@@ -780,10 +787,12 @@ impl<T: Data> DataStream<T> {
         self
     }
 
-    /// Flink's `uid()`: the id of the JobVertex this operator heads (made unique if repeated), shown
-    /// in task names (`map#0`) and the REST API.
+    /// Flink's `uid()`: the operator's stable id, which names its state in checkpoints and
+    /// savepoints (a savepoint restores into a changed job by it; two operators with one uid are
+    /// refused), and the id of the JobVertex it heads, shown in task names (`map#0`) and the REST
+    /// API.
     pub fn uid(self, id: &'static str) -> Self {
-        lock(&self.shared).nodes[self.node].id = id;
+        lock(&self.shared).nodes[self.node].uid = Some(id);
         self
     }
 
@@ -809,6 +818,7 @@ impl<T: Data> DataStream<T> {
         let node = push_node(
             &self.shared,
             StreamNode {
+                uid: None,
                 new_chain: false,
                 id: "sink",
                 name: name.to_string(),
@@ -875,6 +885,13 @@ impl std::fmt::Debug for DataStreamSink {
 }
 
 impl DataStreamSink {
+    /// Flink's `uid()` on a sink: the sink's stable id, which names its committer state in
+    /// checkpoints and savepoints (see [`DataStream::uid`]).
+    pub fn uid(self, id: &'static str) -> Self {
+        lock(&self.shared).nodes[self.node].uid = Some(id);
+        self
+    }
+
     pub fn set_parallelism(self, parallelism: u32) -> Self {
         // Flink's `setParallelism(PARALLELISM_DEFAULT)`: 0 leaves it to the environment's.
         lock(&self.shared).nodes[self.node].parallelism = match parallelism {

@@ -83,13 +83,15 @@ impl JobMaster {
             .checkpoints
             .as_mut()?
             .acknowledge(checkpoint, &task, snapshot, now_ms)?;
-        Some(self.with_max_parallelism(completed))
+        Some(self.with_vertex_metadata(completed))
     }
 
-    /// A completed checkpoint's metadata records each vertex's max parallelism.
-    pub(super) fn with_max_parallelism(&self, checkpoint: CompletedCheckpoint) -> CompletedCheckpoint {
+    /// A completed checkpoint's metadata records each vertex's max parallelism and the operators
+    /// that own its state.
+    pub(super) fn with_vertex_metadata(&self, checkpoint: CompletedCheckpoint) -> CompletedCheckpoint {
         CompletedCheckpoint {
             max_parallelism: self.max_parallelism(),
+            operators: self.state_owners.clone(),
             ..checkpoint
         }
     }
@@ -141,14 +143,24 @@ impl JobMaster {
             return (Subsumed::default(), Vec::new());
         };
         let subsumed = c.completed(checkpoint);
-        let addresses = self
-            .location
+        (subsumed, self.taskmanager_addresses())
+    }
+
+    /// The TaskManagers the job's current attempts run on.
+    fn taskmanager_addresses(&self) -> Vec<String> {
+        self.location
             .iter()
             .flatten()
             .map(|s| s.address.clone())
             .collect::<std::collections::BTreeSet<_>>()
             .into_iter()
-            .collect();
-        (subsumed, addresses)
+            .collect()
+    }
+
+    /// Checkpoints aborted since the last call, and the TaskManagers to tell (their sources send
+    /// the cancel-checkpoint marker); `None` when there are none.
+    pub fn take_aborted_checkpoints(&mut self) -> Option<(Vec<u64>, Vec<String>)> {
+        let aborted = std::mem::take(&mut self.checkpoints.as_mut()?.aborted_unsent);
+        (!aborted.is_empty()).then(|| (aborted, self.taskmanager_addresses()))
     }
 }

@@ -236,6 +236,9 @@ pub struct JobMaster {
     decider: Option<floe_scheduler::adaptive::AdaptiveBatchParallelismDecider>,
     /// Decisions applied, by vertex index.
     decisions: BTreeMap<u32, VertexDecision>,
+    /// Each vertex's operators that own its state (by uid, from the built job): checkpoints record
+    /// them and restores map state by them. Empty: by vertex id.
+    pub state_owners: BTreeMap<String, floe_checkpoint::StateOwners>,
     /// Vertices whose decision is being logged.
     deciding: std::collections::BTreeSet<u32>,
     /// Input bytes of sources decided at run time (`None`: unknown), once measured.
@@ -375,6 +378,7 @@ impl JobMaster {
             holders_deadline_ms: 0,
             holders: BTreeMap::new(),
             checkpoint_lineage: (0, 0),
+            state_owners: BTreeMap::new(),
             missing_once: std::collections::BTreeSet::new(),
             checkpoint_completing: None,
             unplaced: std::collections::BTreeSet::new(),
@@ -705,7 +709,8 @@ impl JobMaster {
             restore: self.checkpoints.as_ref().and_then(|c| {
                 let vertex = self.graph.job_graph().vertex(v.vertex);
                 let parallelism = self.graph.job_vertex(v.vertex).parallelism;
-                c.restore_for(&vertex.id, v.subtask, parallelism, vertex.max_parallelism)
+                let owners = self.state_owners.get(&vertex.id);
+                c.restore_for(&vertex.id, owners, v.subtask, parallelism, vertex.max_parallelism)
             }),
             parallelism: self.graph.job_vertex(v.vertex).parallelism,
         }
@@ -788,7 +793,7 @@ impl JobMaster {
                 let next = self.strategy.on_execution_finished(&self.graph, &self.regions, v);
                 let mut actions = self.deploy(&next);
                 actions.extend(
-                    completed.map(|c| Action::CompleteCheckpoint(Box::new(self.with_max_parallelism(c)))),
+                    completed.map(|c| Action::CompleteCheckpoint(Box::new(self.with_vertex_metadata(c)))),
                 );
                 if self.fully_decided()
                     && self

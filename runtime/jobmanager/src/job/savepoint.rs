@@ -269,38 +269,48 @@ impl JobMaster {
         self.savepoint_failed(&request.trigger, why)
     }
 
-    /// The job starts from `savepoint`, read from `directory`. Refused when it holds state of an
-    /// operator the job does not have (unless `ignore_unclaimed`), or keyed state of a vertex
-    /// whose number of key groups (max parallelism) changed.
+    /// The job starts from `savepoint`, read from `directory`. Each part of the saved state goes to
+    /// the vertex its operator is in now ([`floe_checkpoint::owners`]). Refused when it holds
+    /// state of an operator the job does not have (unless `ignore_unclaimed`), or keyed state of
+    /// an operator whose number of key groups (max parallelism) changed.
     pub fn restore_savepoint(
         &mut self,
         savepoint: Savepoint,
         directory: &str,
         ignore_unclaimed: bool,
     ) -> Result<(), String> {
+        use floe_checkpoint::{StatePart, owners};
         let max_parallelism = self.max_parallelism();
         let mut checkpoint = savepoint.checkpoint;
-        let has_state = |t: &TaskSnapshot| {
-            !t.files.is_empty() || t.position.is_some() || t.sink.is_some() || t.broadcast.is_some()
-        };
+        let then = checkpoint.operators.clone();
         let vertex_of = |task: &str| task.rsplit_once('#').map_or(task, |(v, _)| v).to_string();
         let mut unclaimed = std::collections::BTreeSet::new();
+        let mut dropped = std::collections::BTreeSet::new();
         for (task, snapshot) in &checkpoint.tasks {
             let vertex = vertex_of(task);
-            match max_parallelism.get(&vertex) {
-                None if has_state(snapshot) => {
-                    unclaimed.insert(vertex);
+            for part in StatePart::ALL {
+                if !part.held_by(snapshot) {
+                    continue;
                 }
-                None => {}
-                Some(&now) => {
-                    let then = savepoint.max_parallelism.get(&vertex).copied().unwrap_or(now);
-                    if then != now && !snapshot.files.is_empty() {
-                        return Err(format!(
-                            "savepoint {directory}: vertex {vertex} was saved with max parallelism {then} \
-                             (key groups), this job has {now}; keyed state restores only into the same \
-                             number of key groups: set pipeline.max-parallelism: {then}"
-                        ));
-                    }
+                let successor = owners::successor(&then, &self.state_owners, &vertex, part, |v| {
+                    max_parallelism.contains_key(v)
+                });
+                let Some(now_vertex) = successor else {
+                    unclaimed.insert(owners::describe(&then, &vertex, part));
+                    dropped.insert((vertex.clone(), part));
+                    continue;
+                };
+                let Some(&now) = max_parallelism.get(&now_vertex) else {
+                    continue;
+                };
+                let saved = savepoint.max_parallelism.get(&vertex).copied().unwrap_or(now);
+                if part == StatePart::Head && saved != now && !snapshot.files.is_empty() {
+                    let operator = owners::describe(&then, &vertex, part);
+                    return Err(format!(
+                        "savepoint {directory}: {operator} was saved with max parallelism {saved} \
+                         (key groups), this job has {now}; keyed state restores only into the same \
+                         number of key groups: set pipeline.max-parallelism: {saved}"
+                    ));
                 }
             }
         }
@@ -313,9 +323,17 @@ impl JobMaster {
                 ));
             }
             tracing::warn!(job = %self.id, "starting from savepoint {directory} without the state of {names} ({IGNORE_UNCLAIMED_KEY})");
-            checkpoint
-                .tasks
-                .retain(|task, _| !unclaimed.contains(&vertex_of(task)));
+            // Tasks left with nothing go; the others keep the parts an operator claims.
+            checkpoint.tasks.retain(|task, snapshot| {
+                let vertex = vertex_of(task);
+                let held = StatePart::ALL.iter().any(|p| p.held_by(snapshot));
+                for part in StatePart::ALL {
+                    if dropped.contains(&(vertex.clone(), part)) {
+                        part.remove_from(snapshot);
+                    }
+                }
+                !held || StatePart::ALL.iter().any(|p| p.held_by(snapshot))
+            });
         }
         let (tasks, sources) = checkpoint_tasks(&self.graph);
         if let Some(c) = self.checkpoints.as_mut() {
@@ -532,6 +550,7 @@ mod tests {
             job_name: "seed".into(),
             checkpoint: CompletedCheckpoint {
                 max_parallelism: BTreeMap::new(),
+                operators: BTreeMap::new(),
                 job_id: "old".into(),
                 id: 9,
                 triggered_ms: 0,
@@ -596,7 +615,7 @@ mod tests {
             .restore_savepoint(savepoint(&[("reduce", 2), ("ghost", 1)]), "memory://sp/x", false)
             .unwrap_err();
         assert!(
-            e.contains("savepoint memory://sp/x holds state of ghost, which this job does not have")
+            e.contains("savepoint memory://sp/x holds state of vertex ghost, which this job does not have")
                 && e.contains("execution.state-recovery.ignore-unclaimed-state")
                 && e.contains("allowNonRestoredState"),
             "{e}"
@@ -619,6 +638,98 @@ mod tests {
                 && e.contains("pipeline.max-parallelism: 256"),
             "{e}"
         );
+    }
+
+    /// Issue 31, item 5: the savepoint was taken when another reduce (operator `latest`) came
+    /// before the counting one, so `counts` headed vertex `reduce-2`, and the sink `out` was a
+    /// vertex of its own. This job has counts heading `reduce` with `out` chained to it. Each
+    /// part of the state goes to its operator: keyed state from `reduce-2`, the sink's from
+    /// `sink`; `latest`'s state is unclaimed, refused by name unless allowed.
+    #[test]
+    fn savepoint_state_goes_to_its_operator_whatever_vertex_it_is_in() {
+        let owners =
+            |pairs: &[(&str, &str, Option<&str>)]| -> BTreeMap<String, floe_checkpoint::StateOwners> {
+                pairs
+                    .iter()
+                    .map(|(v, head, sink)| {
+                        let owners = floe_checkpoint::StateOwners {
+                            head: head.to_string(),
+                            sink: sink.map(String::from),
+                        };
+                        (v.to_string(), owners)
+                    })
+                    .collect()
+            };
+        let saved = || {
+            let mut sp = savepoint(&[("reduce", 2), ("reduce-2", 2)]);
+            sp.checkpoint.tasks.insert(
+                "sink#0".into(),
+                TaskSnapshot {
+                    sink: Some("pending part-0".into()),
+                    ..TaskSnapshot::default()
+                },
+            );
+            sp.checkpoint.operators = owners(&[
+                ("reduce", "latest", None),
+                ("reduce-2", "counts", None),
+                ("sink", "out", Some("out")),
+            ]);
+            sp
+        };
+        let job = || {
+            let mut job = checkpointing_job();
+            job.state_owners = owners(&[
+                ("source", "src", None),
+                ("map", "m", None),
+                ("reduce", "counts", Some("out")),
+            ]);
+            job
+        };
+        let e = job()
+            .restore_savepoint(saved(), "memory://sp/x", false)
+            .unwrap_err();
+        assert!(
+            e.contains("holds state of operator latest (vertex reduce), which this job does not have"),
+            "{e}"
+        );
+        let mut job = job();
+        job.restore_savepoint(saved(), "memory://sp/x", true).unwrap();
+        let actions = job.start(&slots()).unwrap();
+        let restores: BTreeMap<String, floe_checkpoint::SubtaskRestore> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Deploy { deployment, .. } => Some((
+                    job.graph.task_name(deployment.id.vertex),
+                    deployment.restore.clone()?.1,
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            restores.keys().collect::<Vec<_>>(),
+            ["reduce#0", "reduce#1", "reduce#2"],
+            "only reduce's operators had state"
+        );
+        let files = |t: &str| {
+            restores[t]
+                .keyed
+                .iter()
+                .map(|s| s.files[0].clone())
+                .collect::<Vec<_>>()
+        };
+        // counts' keyed state, 2 -> 3 by key groups, from the vertex it was in then.
+        assert_eq!(files("reduce#0"), ["reduce-2#0/keyed-state"]);
+        assert_eq!(
+            files("reduce#1"),
+            ["reduce-2#0/keyed-state", "reduce-2#1/keyed-state"]
+        );
+        assert_eq!(files("reduce#2"), ["reduce-2#1/keyed-state"]);
+        // out's committer state, once (round-robin over the new subtasks).
+        assert_eq!(restores["reduce#0"].sinks, ["pending part-0"]);
+        assert!(restores["reduce#1"].sinks.is_empty() && restores["reduce#2"].sinks.is_empty());
+        // The job's own checkpoints record its owners for the next restore.
+        let completed = job.with_vertex_metadata(saved().checkpoint);
+        assert_eq!(completed.operators, job.state_owners);
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub fn router(jm: JobManager) -> Router {
             get(savepoints::savepoint_status),
         )
         .route("/jobs/{id}/stop", post(savepoints::stop_with_savepoint))
+        .route("/savepoint-disposal", post(savepoints::dispose_savepoint))
         .route(
             "/jobs/{id}/resource-requirements",
             get(resource_requirements).put(put_resource_requirements),

@@ -93,6 +93,29 @@ pub(super) async fn stop_with_savepoint(
     }
 }
 
+/// `POST /savepoint-disposal`: `{"savepoint-path": URL}` (Flink's savepoint disposal; the
+/// directory or its `_metadata`). Answers once the savepoint is gone, `200 {"status": {"id":
+/// "COMPLETED"}, "operation": {"location": URL}}` (Flink answers a trigger id to poll; deleting
+/// a savepoint's objects is quick), or 400 naming why not (not a savepoint: nothing deleted).
+pub(super) async fn dispose_savepoint(State(jm): State<JobManager>, body: axum::body::Bytes) -> Response {
+    let path = match body_object(&body).and_then(|o| string_field(&o, "savepoint-path")) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            let message = "savepoint-path: missing (the savepoint's directory or its _metadata)";
+            return errors(StatusCode::BAD_REQUEST, message.to_string());
+        }
+        Err(message) => return errors(StatusCode::BAD_REQUEST, message),
+    };
+    match jm.dispose_savepoint(&path).await {
+        Ok(location) => Json(json!({
+            "status": { "id": "COMPLETED" },
+            "operation": { "location": location },
+        }))
+        .into_response(),
+        Err(message) => errors(StatusCode::BAD_REQUEST, message),
+    }
+}
+
 /// `GET /jobs/{id}/savepoints/{trigger}`.
 pub(super) async fn savepoint_status(
     State(jm): State<JobManager>,

@@ -308,6 +308,17 @@ impl JobManager {
         let job_graph = built.job_graph().clone();
         let first_attempt = floe_scheduler::execution_graph::first_attempt_of_epoch(self.leader_epoch());
         let mut master = JobMaster::new(id.clone(), args, job_graph, fingerprint, first_attempt)?;
+        master.state_owners = built.state_owners();
+        let without_uid = built.stateful_operators_without_uid();
+        if !without_uid.is_empty() {
+            tracing::warn!(
+                job = %id,
+                "operators keeping state without a uid: {}; their state is named by their place in the \
+                 graph, so adding an operator before them leaves it unclaimed at a restore from a \
+                 savepoint (set uid() on each)",
+                without_uid.join(", ")
+            );
+        }
         master.vouched_checkpoints = vouched_checkpoints;
         if let Some(c) = master.checkpoints.as_mut() {
             c.id_floor = checkpoint_id_floor;

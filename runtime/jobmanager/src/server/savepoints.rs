@@ -77,6 +77,26 @@ impl JobManager {
         Ok(trigger)
     }
 
+    /// Disposes of the savepoint at `location` ([`floe_checkpoint::savepoint::dispose`]), opened
+    /// with the configuration of the job this JobManager runs (its object store's endpoint and
+    /// options). Returns the savepoint directory's URL.
+    pub async fn dispose_savepoint(&self, location: &str) -> std::result::Result<String, String> {
+        let conf = self
+            .state()
+            .jobs
+            .values()
+            .next()
+            .map(|j| j.master.args.configuration.clone())
+            .unwrap_or_default();
+        let url = floe_datastream::location_url(location)
+            .map_err(|e| format!("savepoint-path {location:?}: {e}"))?;
+        let disposed = floe_checkpoint::savepoint::dispose(&url, &conf)
+            .await
+            .map_err(|e| format!("savepoint {url} not disposed of: {e}"))?;
+        tracing::info!(savepoint = %disposed, "savepoint disposed of");
+        Ok(disposed)
+    }
+
     /// What became of savepoint `trigger` of job `job_id`, for a client: an outcome answered
     /// counts as fetched ([`crate::job::JobMaster::fetch_savepoint_status`]).
     pub fn savepoint_status(&self, job_id: &str, trigger: &str) -> Result<Option<SavepointStatus>> {
