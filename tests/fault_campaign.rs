@@ -55,31 +55,10 @@ use std::time::{Duration, Instant};
 use common::netns::Network;
 use common::*;
 use floe::local_cluster::{ClusterSpec, JOBMANAGER_RPC_PORT, LocalCluster, Placement};
+use floe::verify::Rng;
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
-
-/// SplitMix64: the campaign's only source of randomness, so a seed replays a run's schedule.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Job {

@@ -232,3 +232,117 @@ fn a_second_run_into_one_directory_keeps_the_first_runs_output() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A streaming `pipeline` manifest for `floe verify`: 20,000 generated lines at 5,000 a second,
+/// checkpoints every 300 ms, `extra` configuration lines appended.
+fn verify_manifest(dir: &std::path::Path, mode: &str, extra: &str) -> std::path::PathBuf {
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: verified }}\nspec:\n  job:\n    name: pipeline\n    \
+             args: [\"--output\", \"{}\", \"--records\", \"20000\", \"--rate\", \"5000\", \"--seed\", \"42\"]\n    parallelism: 2\n    \
+             mode: {mode}\n  taskManager: {{ replicas: 2, slots: 2 }}\n  configuration:\n    \
+             execution.checkpointing.interval: \"300 ms\"\n{extra}",
+            dir.join("out").display()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+fn floe_verify(manifest: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(FLOE)
+        .args(["verify", "-f"])
+        .arg(manifest)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `floe verify` (issue 31): the pipeline disturbed by kills, pauses, stops with savepoints and
+/// suspends commits, in every run, exactly what it commits undisturbed, and that is every running
+/// count of the independently computed reference.
+#[test]
+fn verify_proves_a_job_exactly_once_under_faults_and_lifecycle_operations() {
+    let dir = scratch("verify-exact");
+    let manifest = verify_manifest(
+        &dir,
+        "streaming",
+        "    restart-strategy.type: fixed-delay\n    restart-strategy.fixed-delay.attempts: \"1000\"\n    \
+         restart-strategy.fixed-delay.delay: \"200 ms\"\n",
+    );
+    let work = dir.join("verify");
+    let out = floe_verify(
+        &manifest,
+        &[
+            "--runs",
+            "2",
+            "--lifecycle",
+            "--seed",
+            "3",
+            "--work-dir",
+            work.to_str().unwrap(),
+        ],
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "floe verify failed:\n{stdout}\n{stderr}");
+    let updates: u64 = pipeline_reference(42, 20_000).values().sum();
+    assert!(
+        stdout.contains(&format!(
+            "exact outputs        2 of 2 ({updates} committed lines each)"
+        )),
+        "{stdout}\n{stderr}"
+    );
+    let disturbances: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("disturbances"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert!(disturbances >= 2, "{stdout}");
+    assert!(!work.exists(), "an exact verify leaves no work directory");
+}
+
+/// `floe verify` names what is wrong: a job whose restart strategy gives up at the first fault
+/// ends FAILED under a TaskManager kill (exit 1, the run counted wrong); a batch job cannot have
+/// lifecycle operations and a job without `--output` has nothing to compare (exit 2, naming why).
+#[test]
+fn verify_reports_a_job_that_does_not_survive_and_refuses_what_it_cannot_check() {
+    let dir = scratch("verify-wrong");
+    let manifest = verify_manifest(&dir, "streaming", "    restart-strategy.type: none\n");
+    let out = floe_verify(&manifest, &["--runs", "1", "--faults", "tm-kill"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("wrong outputs        1"), "{stdout}");
+    assert!(stderr.contains("the job ended FAILED"), "{stderr}");
+    assert!(stdout.contains("not exact: runs of seeds 2"), "{stdout}");
+
+    let batch = verify_manifest(&dir, "batch", "");
+    let out = floe_verify(&batch, &["--lifecycle"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "--lifecycle: stops with savepoints and last-state resumes need spec.job.mode: streaming"
+        ),
+        "{stderr}"
+    );
+    let no_output = dir.join("no-output.yaml");
+    std::fs::write(
+        &no_output,
+        "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: { name: quiet }\nspec:\n  job:\n    name: nexmark\n    \
+         args: [\"--query\", \"q0\", \"--events\", \"1000\", \"--rate\", \"1000\", \"--latency-output\", \"/tmp/latency\"]\n  \
+         taskManager: { replicas: 1, slots: 2 }\n",
+    )
+    .unwrap();
+    let out = floe_verify(&no_output, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("has no --output argument"), "{stderr}");
+}

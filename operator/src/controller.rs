@@ -408,8 +408,39 @@ async fn cancel_running(ctx: &Context, job: &FlinkJob, url: &str) -> Option<JobO
     }
 }
 
+/// A new `checkpointTriggerNonce` of a running job asks its JobManager for a checkpoint now
+/// (`CheckpointTriggered`, or `CheckpointError`); the nonce is recorded either way, so it is
+/// acted on once.
+async fn trigger_checkpoint(ctx: &Context, job: &mut FlinkJob, url: &str, observed: &Observed, now_ms: i64) {
+    let Some((job_id, nonce)) = savepoints::checkpoint_nonce_due(job, observed) else {
+        return;
+    };
+    let spec = job.clone();
+    match ctx.jobmanager.trigger_checkpoint(url, &job_id).await {
+        Ok(()) => {
+            let note = format!("checkpoint of job {job_id} triggered (checkpointTriggerNonce {nonce})");
+            publish(ctx, &spec, EventType::Normal, "CheckpointTriggered", note).await;
+        }
+        Err(e) => {
+            let note = format!("checkpoint of job {job_id} could not be triggered: {e}");
+            publish(ctx, &spec, EventType::Warning, "CheckpointError", note).await;
+        }
+    }
+    let status = job
+        .status
+        .get_or_insert_with(Default::default)
+        .job_status
+        .get_or_insert_with(Default::default);
+    status.checkpoint_info = Some(floe_manifest::CheckpointInfo {
+        trigger_nonce: Some(nonce),
+        trigger_timestamp: Some(now_ms),
+    });
+}
+
 /// Savepoints that leave the history ([`savepoints::expired`]) are disposed of through the
-/// JobManager while it answers (a `SavepointDisposed` event each), or only forgotten with
+/// JobManager while it answers (one `SavepointDisposed` event naming them all: the event recorder
+/// folds a second event of the same reason into the first's series, note and all), or only
+/// forgotten with
 /// `kubernetes.operator.savepoint.cleanup.enabled: false`; one the JobManager could not dispose of
 /// stays in the history and is tried at the next reconcile.
 async fn dispose_savepoints(ctx: &Context, job: &mut FlinkJob, url: &str, observed: &Observed, now_ms: i64) {
@@ -422,13 +453,11 @@ async fn dispose_savepoints(ctx: &Context, job: &mut FlinkJob, url: &str, observ
         return;
     }
     let spec = job.clone();
+    let mut disposed = Vec::new();
     for location in expired {
         if cleanup {
             match ctx.jobmanager.dispose_savepoint(url, &location).await {
-                Ok(()) => {
-                    let note = format!("savepoint {location} disposed of (it left the savepoint history)");
-                    publish(ctx, &spec, EventType::Normal, "SavepointDisposed", note).await;
-                }
+                Ok(()) => disposed.push(location.clone()),
                 Err(e) => {
                     tracing::warn!(job = %spec.name_any(), %location, error = %e, "cannot dispose of the savepoint");
                     continue;
@@ -438,6 +467,13 @@ async fn dispose_savepoints(ctx: &Context, job: &mut FlinkJob, url: &str, observ
         if let Some(status) = job.status.as_mut().and_then(|s| s.job_status.as_mut()) {
             savepoints::forget(status, &location);
         }
+    }
+    if !disposed.is_empty() {
+        let note = format!(
+            "savepoint(s) {} disposed of (they left the savepoint history)",
+            disposed.join(", ")
+        );
+        publish(ctx, &spec, EventType::Normal, "SavepointDisposed", note).await;
     }
 }
 
@@ -616,6 +652,7 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         let look = observe(&ctx, &url).await;
         let now_ms = now.as_millisecond();
         dispose_savepoints(&ctx, &mut job, &url, &look, now_ms).await;
+        trigger_checkpoint(&ctx, &mut job, &url, &look, now_ms).await;
         let held = take_savepoints(&ctx, &mut job, &url, &look, now_ms).await;
         first_look = Some(look);
         if let Some(requeue) = held {
@@ -782,6 +819,26 @@ pub async fn cleanup(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         None => "deleting: no running job".to_string(),
     };
     publish(&ctx, &job, EventType::Normal, "Deleting", note).await;
+    // `kubernetes.operator.savepoint.dispose-on-delete`: the history goes with the FlinkJob (one
+    // event for all, as in `dispose_savepoints`).
+    let (mut disposed, mut failed) = (Vec::new(), Vec::new());
+    for location in savepoints::on_delete(&job) {
+        match ctx.jobmanager.dispose_savepoint(&url, &location).await {
+            Ok(()) => disposed.push(location),
+            Err(e) => failed.push(format!("{location}: {e}")),
+        }
+    }
+    if !disposed.is_empty() {
+        let note = format!(
+            "savepoint(s) {} disposed of (the FlinkJob is deleted)",
+            disposed.join(", ")
+        );
+        publish(&ctx, &job, EventType::Normal, "SavepointDisposed", note).await;
+    }
+    if !failed.is_empty() {
+        let note = format!("savepoint(s) could not be disposed of: {}", failed.join("; "));
+        publish(&ctx, &job, EventType::Warning, "SavepointError", note).await;
+    }
     Ok(Action::await_change())
 }
 

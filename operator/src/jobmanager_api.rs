@@ -87,6 +87,8 @@ pub trait JobManagerApi: Send + Sync + std::fmt::Debug {
         job_id: &str,
         trigger: &str,
     ) -> Result<SavepointState, RestError>;
+    /// Asks the JobManager for a checkpoint of the job now (Flink's `POST /jobs/{id}/checkpoints`).
+    async fn trigger_checkpoint(&self, base: &str, job_id: &str) -> Result<(), RestError>;
     /// Disposes of the savepoint at `location` (Flink's `POST /savepoint-disposal`): its files are
     /// deleted once the JobManager answers.
     async fn dispose_savepoint(&self, base: &str, location: &str) -> Result<(), RestError>;
@@ -347,6 +349,15 @@ impl JobManagerApi for RestClient {
         })
     }
 
+    async fn trigger_checkpoint(&self, base: &str, job_id: &str) -> Result<(), RestError> {
+        let url = format!("{base}/jobs/{job_id}/checkpoints");
+        let (status, answer) = self
+            .call_with(http::Method::POST, &url, Bytes::from_static(b"{}"))
+            .await?;
+        let _: serde_json::Value = expect_json(&url, status, 202, &answer)?;
+        Ok(())
+    }
+
     async fn dispose_savepoint(&self, base: &str, location: &str) -> Result<(), RestError> {
         let url = format!("{base}/savepoint-disposal");
         let body = serde_json::json!({ "savepoint-path": location }).to_string();
@@ -432,6 +443,13 @@ mod tests {
         assert_eq!(job.name, "wordcount");
         assert_eq!(job.state, "CREATED");
         assert!(job.start_time_ms.is_some());
+        // A checkpoint asked of a job that does not run is refused, saying why.
+        let e = client
+            .trigger_checkpoint(&base, &id)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("answered 409") && e.contains("not RUNNING"), "{e}");
         client.cancel(&base, &id).await.unwrap();
         let job = client.current_job(&base).await.unwrap().unwrap();
         assert_eq!(job.state, "CANCELED");

@@ -18,8 +18,8 @@
 
 use floe_manifest::{
     DesiredState, FlinkJob, JobStatusInfo, PERIODIC_SAVEPOINT_INTERVAL_KEY, SAVEPOINT_CLEANUP_KEY,
-    SAVEPOINT_HISTORY_MAX_AGE_KEY, SAVEPOINT_HISTORY_MAX_COUNT_KEY, SavepointInfo, SavepointRecord,
-    UpgradeMode,
+    SAVEPOINT_DISPOSE_ON_DELETE_KEY, SAVEPOINT_HISTORY_MAX_AGE_KEY, SAVEPOINT_HISTORY_MAX_COUNT_KEY,
+    SavepointInfo, SavepointRecord, UpgradeMode,
 };
 
 use crate::resources;
@@ -291,6 +291,44 @@ pub fn expired(job: &FlinkJob, now_ms: i64) -> Vec<String> {
         .map(|(_, r)| r.location.clone())
         .filter(|l| !in_use.contains(&l.as_str()))
         .collect()
+}
+
+/// The `checkpointTriggerNonce` to act on now: a new one, while the job runs (acted on once,
+/// triggered or not, as the savepoint nonce).
+pub fn checkpoint_nonce_due(job: &FlinkJob, observed: &Observed) -> Option<(String, i64)> {
+    let nonce = job.spec.job.checkpoint_trigger_nonce?;
+    let Observed::Job(running) = observed else {
+        return None;
+    };
+    let acted = job_status(job)
+        .and_then(|s| s.checkpoint_info.as_ref())
+        .and_then(|c| c.trigger_nonce);
+    (running.state == "RUNNING" && acted != Some(nonce)).then(|| (running.id.clone(), nonce))
+}
+
+/// The savepoints to dispose of when the FlinkJob is deleted: every one in its history and the
+/// last one, with `kubernetes.operator.savepoint.dispose-on-delete: "true"`; none otherwise
+/// (Flink's default keeps them).
+pub fn on_delete(job: &FlinkJob) -> Vec<String> {
+    if job
+        .spec
+        .configuration
+        .get(SAVEPOINT_DISPOSE_ON_DELETE_KEY)
+        .map(|v| v.trim())
+        != Some("true")
+    {
+        return Vec::new();
+    }
+    let info = info(job);
+    let mut all: Vec<String> = info
+        .savepoint_history
+        .iter()
+        .chain(info.last_savepoint.as_ref())
+        .map(|r| r.location.clone())
+        .collect();
+    all.sort();
+    all.dedup();
+    all
 }
 
 /// `location` left the history (disposed of, or forgotten without cleanup).

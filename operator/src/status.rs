@@ -402,12 +402,17 @@ pub fn compute(job: &FlinkJob, observed: &Observed, now: Timestamp) -> FlinkJobS
         (true, _) => (None, None),
         (false, _) => (recorded.and_then(|d| d.savepoint.clone()), upgrade_path),
     };
-    // Savepoints are the controller's to record (it triggers and polls them): carried over.
+    // Savepoints and asked-for checkpoints are the controller's to record (it triggers and polls
+    // them): carried over.
     let job_status = job_status.map(|s| JobStatusInfo {
         savepoint_info: previous
             .job_status
             .as_ref()
             .and_then(|p| p.savepoint_info.clone()),
+        checkpoint_info: previous
+            .job_status
+            .as_ref()
+            .and_then(|p| p.checkpoint_info.clone()),
         upgrade_savepoint_path: upgrade_path,
         ..s
     });

@@ -57,8 +57,9 @@ fn hashed_manifest(job: &FlinkJob) -> String {
     let mut job = job.clone();
     job.metadata.uid = None;
     job.status = None;
-    // A savepoint asked for is no upgrade (a restart nonce is: it stays in).
+    // A savepoint or checkpoint asked for is no upgrade (a restart nonce is: it stays in).
     job.spec.job.savepoint_trigger_nonce = None;
+    job.spec.job.checkpoint_trigger_nonce = None;
     job.spec.task_manager.replicas = 1;
     job.spec.task_manager.max_replicas = None;
     job.spec.job.state = DesiredState::Running;
@@ -297,6 +298,9 @@ mod tests {
         let mut savepoint = job.clone();
         savepoint.spec.job.savepoint_trigger_nonce = Some(7);
         assert_eq!(hash(&job), hash(&savepoint), "a savepoint nonce is no upgrade");
+        let mut checkpoint = job.clone();
+        checkpoint.spec.job.checkpoint_trigger_nonce = Some(3);
+        assert_eq!(hash(&job), hash(&checkpoint), "a checkpoint nonce is no upgrade");
         let mut restart = job.clone();
         restart.spec.job.restart_nonce = Some(1);
         assert_ne!(hash(&job), hash(&restart), "a restart nonce is a new deployment");

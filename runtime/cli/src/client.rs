@@ -197,6 +197,30 @@ impl Client {
         stop: Option<bool>,
         output: Output,
     ) -> anyhow::Result<String> {
+        let (id, location) = self.savepoint_location(job, dir, stop)?;
+        Ok(match output {
+            Output::Json => format!(
+                "{}\n",
+                json!({ "jid": job, "request-id": id, "location": location })
+            ),
+            Output::Text if stop.is_some() => format!("Savepoint completed, job {job} stopped: {location}\n"),
+            Output::Text => format!("Savepoint completed: {location}\n"),
+        })
+    }
+
+    /// `GET path` of the REST API: the answer, or the API's errors when it is not 2xx.
+    pub fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.ok("GET", path, None)
+    }
+
+    /// [`Client::savepoint`]'s work: the trigger's request id and the savepoint's location, once
+    /// it completed.
+    pub fn savepoint_location(
+        &self,
+        job: &str,
+        dir: Option<&str>,
+        stop: Option<bool>,
+    ) -> anyhow::Result<(String, String)> {
         let dir = dir.map(target_directory).transpose()?;
         let (path, body) = if let Some(drain) = stop {
             (
@@ -242,14 +266,7 @@ impl Client {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        Ok(match output {
-            Output::Json => format!(
-                "{}\n",
-                json!({ "jid": job, "request-id": id, "location": location })
-            ),
-            Output::Text if stop.is_some() => format!("Savepoint completed, job {job} stopped: {location}\n"),
-            Output::Text => format!("Savepoint completed: {location}\n"),
-        })
+        Ok((id, location))
     }
 
     fn wait_ended(&self, job: &str) -> anyhow::Result<String> {

@@ -2,7 +2,8 @@
 //! (built with the DataStream API, [`datastream`]) and calls [`main`], which is the whole `floe`
 //! command with those jobs. [`cli`] parses arguments and calls into these modules: [`graph_file`]
 //! reads JobGraph YAML, [`plan_cmd`] renders plans, [`run_cmd`] runs a manifest on a
-//! [`local_cluster`] of real processes, [`generate`] writes seeded test inputs, [`application`] is
+//! [`local_cluster`] of real processes, [`generate`] writes seeded test inputs, [`verify`] proves a job's output exact under faults and
+//! lifecycle operations, [`application`] is
 //! the JobManager's application mode (`floe jobmanager --job-file`).
 
 pub mod application;
@@ -13,6 +14,7 @@ pub mod graph_file;
 pub mod local_cluster;
 pub mod plan_cmd;
 pub mod run_cmd;
+pub mod verify;
 
 pub use cli::main;
 /// The Kafka source and sink.

@@ -147,6 +147,21 @@ const KAFKA_WINDOWED_COUNT: JobSpec = JobSpec {
             Some("0"),
             "a partition without records for this long holds event time back no more; 0: it always does",
         ),
+        GROUP,
+        ArgSpec::optional(
+            "output-topic",
+            ArgKind::Text,
+            None,
+            "also write the lines to this topic (keyed by key), with --delivery-guarantee",
+        ),
+        GUARANTEE,
+        TXN_PREFIX,
+        ArgSpec::optional(
+            "skip-empty-keys",
+            ArgKind::OneOf(&["true", "false"]),
+            Some("false"),
+            "true: a filter before the count drops records without a key (an operator upstream of the window, for upgrades that add one)",
+        ),
     ],
 };
 
@@ -292,12 +307,39 @@ fn kafka_windowed_count(env: &mut StreamExecutionEnvironment, args: &[String]) -
     options.watermark_idle_timeout = Some(ms("idle-timeout-ms")?)
         .filter(|ms| *ms > 0)
         .map(Duration::from_millis);
-    env.kafka_source(options, records::key_value_strings())
+    // Every operator has a uid: a savepoint restores into a changed job (a filter added upstream,
+    // another parallelism) by them.
+    let records = env
+        .kafka_source(options, records::key_value_strings())
+        .uid("source");
+    let records = if a.text("skip-empty-keys")? == "true" {
+        records
+            .filter(|(k, _): &(String, String)| !k.is_empty())
+            .name("SkipEmptyKeys")
+            .uid("skip-empty-keys")
+    } else {
+        records
+    };
+    let counts = records
         .map(|(k, _): (String, String)| (k, 1u64))
         .name("Key")
+        .uid("key")
         .key_by_ref(|p: &(String, u64)| &p.0)
         .window(TumblingEventTimeWindows::of(Duration::from_millis(window)))
         .reduce_process(|a: (String, u64), b: (String, u64)| (a.0, a.1 + b.1), WindowCount)
-        .sink_to_file(a.text("output")?);
+        .uid("window");
+    counts.sink_to_file(a.text("output")?).uid("files");
+    if a.get("output-topic").is_some() {
+        let sink = sink_options("kafka-windowed-count", &a)?;
+        counts
+            .sink_to_kafka(
+                sink,
+                Arc::new(|line: &String| {
+                    let key = line.split('\t').next().unwrap_or_default();
+                    (Some(key.as_bytes().to_vec()), line.as_bytes().to_vec())
+                }),
+            )
+            .uid("kafka");
+    }
     Ok(())
 }

@@ -620,6 +620,23 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
         }));
         Ok(())
     }
+
+    /// Waits (at most the request timeout) for the commit of the last completed checkpoint's
+    /// offsets: a job stopped with a savepoint, or at the end of its input, has then put its
+    /// final offsets in the group, where a new job started from `committed` reads on. Before,
+    /// the commit was left running as the task ended, and a stateless redeploy read again what
+    /// the drained job had already counted.
+    async fn close(&mut self) -> Result<()> {
+        if let Some(commit) = self.committing.take()
+            && tokio::time::timeout(REQUEST_TIMEOUT, commit).await.is_err()
+        {
+            tracing::warn!(
+                subtask = self.subtask,
+                "Kafka source: the last commit of offsets to the group did not end within {REQUEST_TIMEOUT:?}"
+            );
+        }
+        Ok(())
+    }
 }
 
 /// What a completion of `checkpoint` commits: the newest snapshot up to it; that one and every

@@ -128,6 +128,12 @@ pub trait SourceReader<T>: Send {
         let _ = checkpoint;
         Ok(())
     }
+    /// The subtask ends: finish what is in flight for completed checkpoints (a commit of
+    /// offsets), so a job that ended has made visible everything its last checkpoint covers.
+    /// Default: nothing.
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 struct ReaderSource<R, T> {
@@ -173,6 +179,10 @@ impl<T: Data, R: SourceReader<T>> crate::io::Source<T> for ReaderSource<R, T> {
 
     async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
         self.reader.notify_checkpoint_complete(checkpoint).await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.reader.close().await
     }
 }
 

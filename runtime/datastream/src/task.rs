@@ -175,6 +175,10 @@ pub(crate) trait Head: Send {
         let _ = checkpoint;
         Ok(())
     }
+    /// The task ends: a source finishes what it has in flight (see [`crate::io::Source::close`]).
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 pub(crate) struct InputHead<T> {
@@ -385,6 +389,10 @@ impl<T: Data, S: Source<T>> Head for SourceHead<T, S> {
 
     async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
         self.source.notify_checkpoint_complete(checkpoint).await
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.source.close().await
     }
 }
 
@@ -757,6 +765,10 @@ impl Task {
         }
         if is_source {
             task.final_checkpoint(stopped_at).await?;
+            // The final checkpoint's (or the stop's savepoint's) completion is acted on before
+            // the task ends: a Kafka source's offsets of it reach the group, so a later job
+            // starting from `committed` continues exactly there.
+            task.head.close().await?;
         }
         let Running { outputs, sink, .. } = task;
         let mut stats = Vec::with_capacity(outputs.len());

@@ -50,6 +50,9 @@ pub struct JobCheckpoints {
     pub restored_savepoint: Option<String>,
     /// A savepoint was asked for: its checkpoint triggers at once, not at the interval.
     savepoint_wanted: bool,
+    /// A checkpoint was asked for (`POST /jobs/{id}/checkpoints`): the next one goes as soon as
+    /// none is pending, not at the interval.
+    checkpoint_wanted: bool,
     /// The checkpoint a savepoint is being taken as: no other checkpoint triggers until the
     /// savepoint is resolved ([`JobCheckpoints::savepoint_resolved`]).
     pub savepoint_checkpoint: Option<u64>,
@@ -86,6 +89,7 @@ impl JobCheckpoints {
             restored: None,
             restored_savepoint: None,
             savepoint_wanted: false,
+            checkpoint_wanted: false,
             savepoint_checkpoint: None,
             savepoint_aborted: None,
             history: CheckpointHistory::default(),
@@ -100,6 +104,12 @@ impl JobCheckpoints {
         self.savepoint_wanted = true;
         self.savepoint_checkpoint = None;
         self.savepoint_aborted = None;
+    }
+
+    /// A checkpoint now (Flink's manual checkpoint trigger, the operator's
+    /// `checkpointTriggerNonce`): the next one is triggered as soon as none is pending.
+    pub fn request_checkpoint(&mut self) {
+        self.checkpoint_wanted = true;
     }
 
     /// The savepoint was written, or failed: checkpoints go on at the interval.
@@ -265,8 +275,9 @@ impl JobCheckpoints {
             self.pending_since_ms = None;
         }
         // A savepoint's checkpoint goes at once; none goes while a savepoint is being written.
-        let due =
-            now_ms >= self.next_trigger_ms || (self.savepoint_wanted && self.savepoint_checkpoint.is_none());
+        let due = now_ms >= self.next_trigger_ms
+            || self.checkpoint_wanted
+            || (self.savepoint_wanted && self.savepoint_checkpoint.is_none());
         if !all_running
             || !self.ready
             || !due
@@ -284,6 +295,7 @@ impl JobCheckpoints {
         if self.savepoint_wanted {
             self.savepoint_checkpoint = Some(trigger.id);
         }
+        self.checkpoint_wanted = false;
         self.history.triggered(
             trigger.id,
             now_ms,
@@ -475,6 +487,27 @@ mod tests {
             c.aborted_unsent.is_empty(),
             "an abort of nothing pending is no abort"
         );
+    }
+
+    /// Issue 32 (parity, `checkpointTriggerNonce`): a checkpoint asked for goes at once, not at
+    /// the interval, and only once.
+    #[test]
+    fn a_checkpoint_asked_for_is_triggered_at_once() {
+        let tasks = vec!["source#0".to_string()];
+        let mut c = JobCheckpoints::new("j", config(), tasks.clone(), tasks.clone());
+        c.resume_from("j", tasks.clone(), tasks, None);
+        assert_eq!(c.maybe_trigger(0, true, &[]).map(|t| t.0), Some(1));
+        let done = c.acknowledge(1, "source#0", snap(&[]), 10).unwrap();
+        c.completed(done);
+        assert_eq!(
+            c.maybe_trigger(20, true, &[]),
+            None,
+            "the interval (1 s) is not up"
+        );
+        c.request_checkpoint();
+        assert_eq!(c.maybe_trigger(30, true, &[]).map(|t| t.0), Some(2));
+        c.acknowledge(2, "source#0", snap(&[]), 40).unwrap();
+        assert_eq!(c.maybe_trigger(50, true, &[]), None, "asked for once");
     }
 
     /// Issue 31, item 11: a shared file uploaded for a checkpoint that never completed (expired,

@@ -129,6 +129,10 @@ pub struct JobSpec {
     /// Change it to take a savepoint of the running job now (the job runs on: no upgrade).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub savepoint_trigger_nonce: Option<i64>,
+    /// Change it to take a checkpoint of the running job now (Flink Kubernetes Operator's
+    /// `checkpointTriggerNonce`; the job runs on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_trigger_nonce: Option<i64>,
     /// Change it to restart the job: a new deployment of the same spec, carried through as the
     /// upgrade mode says (Flink Kubernetes Operator's `restartNonce`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -541,6 +545,21 @@ pub struct JobStatusInfo {
     /// upgrade or suspend).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_savepoint_path: Option<String>,
+    /// Checkpoints the operator asked for (`checkpointTriggerNonce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_info: Option<CheckpointInfo>,
+}
+
+/// Checkpoints the operator asked the JobManager for (Flink Kubernetes Operator's shape).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointInfo {
+    /// The `checkpointTriggerNonce` acted on last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_nonce: Option<i64>,
+    /// When that trigger was sent (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_timestamp: Option<i64>,
 }
 
 /// Savepoints of a job, as the Flink Kubernetes Operator reports them.
@@ -737,6 +756,9 @@ pub const SAVEPOINT_HISTORY_MAX_AGE_KEY: &str = "kubernetes.operator.savepoint.h
 /// Whether a savepoint that leaves the history is disposed of (its files deleted; Flink's
 /// default, `true`), or only forgotten.
 pub const SAVEPOINT_CLEANUP_KEY: &str = "kubernetes.operator.savepoint.cleanup.enabled";
+/// Whether deleting the FlinkJob disposes of the savepoints in its history (Flink's default,
+/// `false`, keeps them).
+pub const SAVEPOINT_DISPOSE_ON_DELETE_KEY: &str = "kubernetes.operator.savepoint.dispose-on-delete";
 
 /// Where savepoints go when a trigger names no directory (Flink's key): the operator's upgrade,
 /// suspend and periodic savepoints.
@@ -896,13 +918,15 @@ impl FlinkJobSpec {
                 format!("expected a positive duration such as \"7 d\" or \"24 h\", got {v:?}"),
             );
         }
-        if let Some(v) = self.configuration.get(SAVEPOINT_CLEANUP_KEY)
-            && !matches!(v.trim(), "true" | "false")
-        {
-            return field_error(
-                format!("spec.configuration[{SAVEPOINT_CLEANUP_KEY}]"),
-                format!("expected true or false, got {v:?}"),
-            );
+        for key in [SAVEPOINT_CLEANUP_KEY, SAVEPOINT_DISPOSE_ON_DELETE_KEY] {
+            if let Some(v) = self.configuration.get(key)
+                && !matches!(v.trim(), "true" | "false")
+            {
+                return field_error(
+                    format!("spec.configuration[{key}]"),
+                    format!("expected true or false, got {v:?}"),
+                );
+            }
         }
         if let Some(path) = &self.job.initial_savepoint_path {
             storage::validate_url("spec.job.initialSavepointPath", path)?;

@@ -157,6 +157,11 @@ pub(crate) trait Source<T>: Send {
         let _ = checkpoint;
         Ok(())
     }
+    /// The subtask ends (its input ended, or it stopped with a savepoint): what the source still
+    /// has in flight for completed checkpoints is finished before the task reports its end.
+    async fn close(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Parses `name=value,name=value` positions.
@@ -263,6 +268,13 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
     async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
         for s in &mut self.sources {
             s.notify_checkpoint_complete(checkpoint).await?;
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        for s in &mut self.sources {
+            s.close().await?;
         }
         Ok(())
     }

@@ -354,7 +354,8 @@ fn latency_query(events: DataStream<Event>, query: &str, output: &str, warmup: D
 }
 
 /// Builds query `query` over `events`, writing to `output`.
-fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
+/// `q12_window`: the size of q12's processing-time windows.
+fn query(events: DataStream<Event>, query: &str, output: &str, q12_window: Duration) -> Result<()> {
     let secs = Duration::from_secs;
     match query {
         "export" => {
@@ -435,7 +436,7 @@ fn query(events: DataStream<Event>, query: &str, output: &str) -> Result<()> {
             bids(&events)
                 .map(|b: Bid| b.bidder)
                 .key_by(|b: &u64| *b)
-                .window(TumblingProcessingTimeWindows::of(secs(10)))
+                .window(TumblingProcessingTimeWindows::of(q12_window))
                 .aggregate_process(Count, KeyCountWindow)
                 .sink_to_file(output);
         }
@@ -494,6 +495,12 @@ pub const NEXMARK: crate::jobs::JobSpec = {
                 Some("2"),
                 "seconds of events the latency skips",
             ),
+            ArgSpec::optional(
+                "window-ms",
+                ArgKind::Positive,
+                Some("10000"),
+                "q12: the processing-time windows' size (the suite's 10 s by default)",
+            ),
         ],
     }
 };
@@ -517,6 +524,7 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             "input",
             "latency-output",
             "latency-warmup-s",
+            "window-ms",
         ],
         &["query"],
     )?;
@@ -573,7 +581,10 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             let warmup = Duration::from_secs(number("latency-warmup-s")?.unwrap_or(2));
             latency_query(events, &a["query"], url, warmup)?
         }
-        (None, Some(output)) => query(events, &a["query"], output)?,
+        (None, Some(output)) => {
+            let q12_window = Duration::from_millis(number("window-ms")?.unwrap_or(10_000));
+            query(events, &a["query"], output, q12_window)?
+        }
         (None, None) => {
             return Err(Error::argument(
                 "--output",

@@ -97,6 +97,24 @@ pub fn state_recovery(conf: &BTreeMap<String, String>) -> Result<Option<StateRec
 }
 
 impl JobMaster {
+    /// A checkpoint asked for now (`POST /jobs/{id}/checkpoints`). Refused unless the job runs and
+    /// takes checkpoints.
+    pub fn request_checkpoint(&mut self) -> Result<(), String> {
+        if self.status != JobStatus::Running {
+            return Err(format!("job {} is {}, not RUNNING", self.id, self.status.name()));
+        }
+        let Some(checkpoints) = self.checkpoints.as_mut() else {
+            return Err(format!(
+                "job {} takes no checkpoints: a STREAMING job with {} and spec.storage does",
+                self.id,
+                floe_datastream::checkpoint::CHECKPOINT_INTERVAL_KEY
+            ));
+        };
+        checkpoints.request_checkpoint();
+        tracing::info!(job = %self.id, "checkpoint requested");
+        Ok(())
+    }
+
     /// A savepoint asked for (`request.trigger` answers it). Refused unless the job runs, takes
     /// checkpoints and has no savepoint in flight.
     pub fn request_savepoint(&mut self, request: SavepointRequest) -> Result<(), String> {

@@ -31,7 +31,10 @@ pub fn router(jm: JobManager) -> Router {
         .route("/ui/app.css", get(ui::style))
         .route("/jobs", get(list_jobs))
         .route("/jobs/{id}", get(job_details).patch(cancel_job))
-        .route("/jobs/{id}/checkpoints", get(checkpoints::checkpoints))
+        .route(
+            "/jobs/{id}/checkpoints",
+            get(checkpoints::checkpoints).post(savepoints::trigger_checkpoint),
+        )
         .route(
             "/jobs/{id}/checkpoints/details/{checkpoint}",
             get(checkpoints::details),

@@ -93,6 +93,23 @@ pub(super) async fn stop_with_savepoint(
     }
 }
 
+/// `POST /jobs/{id}/checkpoints` (Flink's manual checkpoint): `202 {"request-id": ...}`; the
+/// checkpoint shows in `GET /jobs/{id}/checkpoints` once taken. 409 when the job does not run or
+/// takes no checkpoints.
+pub(super) async fn trigger_checkpoint(State(jm): State<JobManager>, Path(id): Path<String>) -> Response {
+    if let Some(ended) = jm.state().ended.get(&id) {
+        let message = format!("job {id} already ended ({})", ended.status);
+        return errors(StatusCode::CONFLICT, message);
+    }
+    match jm.trigger_checkpoint(&id) {
+        Ok(trigger) => (StatusCode::ACCEPTED, Json(json!({ "request-id": trigger }))).into_response(),
+        Err(SavepointRefused::UnknownJob(id)) => not_found(format!("job {id} not found")),
+        Err(SavepointRefused::NoDirectory(m) | SavepointRefused::Conflict(m)) => {
+            errors(StatusCode::CONFLICT, m)
+        }
+    }
+}
+
 /// `POST /savepoint-disposal`: `{"savepoint-path": URL}` (Flink's savepoint disposal; the
 /// directory or its `_metadata`). Answers once the savepoint is gone, `200 {"status": {"id":
 /// "COMPLETED"}, "operation": {"location": URL}}` (Flink answers a trigger id to poll; deleting

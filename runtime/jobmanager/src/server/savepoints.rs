@@ -77,6 +77,20 @@ impl JobManager {
         Ok(trigger)
     }
 
+    /// Asks job `job_id` for a checkpoint now (Flink's `POST /jobs/{id}/checkpoints`); the trigger
+    /// id answered. What became of it shows in `GET /jobs/{id}/checkpoints`.
+    pub fn trigger_checkpoint(&self, job_id: &str) -> std::result::Result<String, SavepointRefused> {
+        let mut state = self.state();
+        let job = state
+            .jobs
+            .get_mut(job_id)
+            .ok_or_else(|| SavepointRefused::UnknownJob(job_id.to_string()))?;
+        job.master
+            .request_checkpoint()
+            .map_err(SavepointRefused::Conflict)?;
+        Ok(new_id(now_ms()))
+    }
+
     /// Disposes of the savepoint at `location` ([`floe_checkpoint::savepoint::dispose`]), opened
     /// with the configuration of the job this JobManager runs (its object store's endpoint and
     /// options). Returns the savepoint directory's URL.
