@@ -8,9 +8,11 @@
 
 For each of N fresh 2-partition topics, 4 transactional producers (ids of their own,
 init_transactions first) each begin a transaction, send 8 keyed records and commit, at once;
-a read_uncommitted consumer then counts the records. Against the patched nisshi 0.7.0-pre.2 on
-2026-12-04: every commit succeeded, 3 of 20 topics held 27, 27 and 26 of their 32 records
-("lost 16 of 640").
+a read_uncommitted consumer then counts the records from the beginning. Against nisshi 0.7.0-pre.2
+with the patch's earlier fixes only: every commit succeeded, and 16 of 640 records (2026-12-04),
+then 6 of 640 (2026-12-04, another run) were missing, always those at offset 0 of a partition:
+ListOffsets answered the earliest offset with the batch written first, not the lowest offset.
+With the patch's list_offsets fix: 0 of 1,280 (40 topics).
 """
 import threading, time, sys
 from kafka import KafkaProducer, KafkaConsumer, TopicPartition

@@ -254,19 +254,13 @@ fn all_subtasks_running(job: &Value) -> bool {
 
 /// Restarts what exited on its own, as a supervisor would; returns how many.
 fn supervise(cluster: &mut LocalCluster) -> usize {
-    let exited = cluster.exited();
-    for name in &exited {
-        let restarted = if name == "jobmanager" {
-            cluster.restart_jobmanager()
-        } else {
-            let index = name.trim_start_matches("taskmanager-").parse().unwrap();
-            cluster.restart_taskmanager(index)
-        };
-        if let Err(e) = restarted {
+    let restarted = cluster.restart_exited();
+    for (name, outcome) in &restarted {
+        if let Err(e) = outcome {
             eprintln!("  restart of {name} failed (will retry): {e:#}");
         }
     }
-    exited.len()
+    restarted.len()
 }
 
 /// Sleeps `d` while supervising.
@@ -424,7 +418,7 @@ fn check_output(job: Job, dir: &Path, shared: &Shared, problems: &mut Vec<String
 }
 
 fn run(seed: u64, shared: &Shared) -> Report {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let job = Job::pick(&mut rng);
     let mut report = Report {
         seed,

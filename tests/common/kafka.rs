@@ -125,14 +125,27 @@ impl Broker {
         }
     }
 
-    /// A plain producer. One record per batch: nisshi 0.7.0-pre.2 answers ListOffsets(latest)
-    /// with the last batch's first offset + 1 rather than the high watermark, and the bounded
-    /// source stops at the latest offsets; with one-record batches the two agree.
+    /// A plain producer, one record per batch (before the broker patch fixed ListOffsets, its
+    /// latest offset was the last batch's first offset + 1, which one-record batches made the
+    /// high watermark).
     pub fn producer(&self) -> BaseProducer {
         ClientConfig::new()
             .set("bootstrap.servers", &self.bootstrap)
             .set("linger.ms", "5")
             .set("batch.num.messages", "1")
+            .create()
+            .unwrap()
+    }
+
+    /// An idempotent producer: a request it sends again (timed out under load, a connection
+    /// reset) is stored once, so an input it writes has exactly the records sent. (A plain
+    /// producer's retry stored a record twice in one lifecycle sequence.)
+    pub fn idempotent_producer(&self) -> BaseProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("linger.ms", "5")
+            .set("batch.num.messages", "1")
+            .set("enable.idempotence", "true")
             .create()
             .unwrap()
     }

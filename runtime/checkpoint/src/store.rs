@@ -128,6 +128,55 @@ impl CheckpointStore {
         Ok(deleted)
     }
 
+    /// Shared state objects (`checkpoints/{job}/shared/...`, paths relative to the job storage)
+    /// that no checkpoint whose metadata is in the store references and that were last written
+    /// before `before`: uploads that were never acknowledged (a TaskManager that died between
+    /// its upload and its acknowledgement), and acknowledged ones a JobManager that failed over
+    /// forgot. Retention deletes what subsumed checkpoints referenced; nothing else ever named
+    /// these.
+    ///
+    /// `before` is the trigger time of the latest completed checkpoint, less a margin for the
+    /// store's clock. A live state backend names each SST file by its instance and file name and
+    /// uploads it once, so an object it may still name is either in that checkpoint (its file
+    /// existed at the snapshot) or was written after the trigger (a file created since, an
+    /// upload for a checkpoint in flight); an instance that is gone is only named again by a
+    /// restore, of a checkpoint whose metadata is here. Metadata that does not read back stops
+    /// the sweep (an error): what it references is unknown.
+    pub async fn unreferenced_shared(
+        &self,
+        job_id: &str,
+        before: std::time::SystemTime,
+    ) -> Result<Vec<String>> {
+        let mut referenced = std::collections::BTreeSet::new();
+        for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
+            let Some(id) = name
+                .strip_prefix("chk-")
+                .and_then(|n| n.strip_suffix('/'))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            match self.load(job_id, id).await {
+                Ok(checkpoint) => {
+                    referenced.extend(checkpoint.tasks.into_values().flat_map(|t| t.files));
+                }
+                // Never completed (or deleted meanwhile by retention): it references nothing.
+                Err(Error::Storage(floe_storage::Error::NotFound { .. })) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let shared = format!("checkpoints/{job_id}/shared");
+        Ok(self
+            .store
+            .list_all_with_times(&shared)
+            .await?
+            .into_iter()
+            .filter(|(_, written)| written.is_some_and(|w| w < before))
+            .map(|(name, _)| format!("{shared}/{name}"))
+            .filter(|path| !referenced.contains(path))
+            .collect())
+    }
+
     /// Deletes a checkpoint that fell out of retention.
     pub async fn delete(&self, job_id: &str, id: u64) -> Result<()> {
         self.store.delete_all(&dir(job_id, id)).await?;
@@ -269,6 +318,50 @@ mod tests {
             vec!["chk-5/", "chk-6/", "shared/"]
         );
         assert_eq!(checkpoints.load("job1", 5).await.unwrap().id, 5);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Issue 31, item 11: shared objects that no checkpoint in the store references are swept
+    /// once they are older than the cutoff: an upload never acknowledged, a file of a checkpoint
+    /// whose metadata is gone. Never one a checkpoint references, nor a recent upload (a
+    /// checkpoint in flight), nor anything when metadata is damaged.
+    #[tokio::test]
+    async fn the_sweep_finds_old_shared_objects_no_checkpoint_references() {
+        let (checkpoints, objects, dir) = store("sweep");
+        let referenced = "checkpoints/job1/shared/0-0/i1~1.sst";
+        let mut c = checkpoint(5);
+        c.tasks
+            .get_mut("count#0")
+            .unwrap()
+            .files
+            .push(referenced.to_string());
+        checkpoints.write(&c).await.unwrap();
+        // 6 never completed: its upload has no metadata naming it.
+        let orphan = "checkpoints/job1/shared/0-0/i1~2.sst";
+        let dead = "checkpoints/job1/shared/1-0/i0~7.sst";
+        let recent = "checkpoints/job1/shared/0-0/i1~3.sst";
+        for path in [referenced, orphan, dead, recent] {
+            objects.put(path, b"sst".to_vec()).await.unwrap();
+        }
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for path in [referenced, orphan, dead] {
+            std::fs::File::options()
+                .write(true)
+                .open(dir.join("default/job").join(path))
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        let cutoff = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        assert_eq!(
+            checkpoints.unreferenced_shared("job1", cutoff).await.unwrap(),
+            vec![orphan.to_string(), dead.to_string()]
+        );
+        // Damaged metadata: nothing is known to be unreferenced.
+        let meta = "checkpoints/job1/chk-5/_metadata";
+        let whole = objects.get(meta).await.unwrap();
+        objects.put(meta, whole.slice(..whole.len() - 5)).await.unwrap();
+        assert!(checkpoints.unreferenced_shared("job1", cutoff).await.is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 

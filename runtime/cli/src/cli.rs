@@ -360,13 +360,22 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
                 .unwrap_or_else(|| std::env::temp_dir().join(format!("floe-run-{}", std::process::id())));
             let rt = runtime()?;
             let outcome = rt.block_on(async {
-                tokio::select! {
-                    // First: with --keep-ui, the run itself ends at Ctrl-C once the job ended.
-                    biased;
-                    r = run_cmd::run(&manifest, &work_dir, keep_ui) => r.map(Some),
+                // One listener for the whole run: a Ctrl-C during the job interrupts it, one after
+                // it (with --keep-ui) ends the run with the job's exit code, one in between is
+                // kept for the wait. (Two listeners, one in the run for --keep-ui, let a Ctrl-C
+                // right after the summary reach only the interrupting one now and then.)
+                let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+                    .map_err(|e| anyhow::anyhow!("listening for Ctrl-C: {e}"))?;
+                let mut ended = tokio::select! {
+                    r = run_cmd::run(&manifest, &work_dir, keep_ui) => r?,
                     // Dropping the run future drops the cluster, which kills every child.
-                    _ = tokio::signal::ctrl_c() => Ok(None),
+                    _ = interrupt.recv() => return Ok(None),
+                };
+                if let Some(cluster) = ended.kept.take() {
+                    interrupt.recv().await;
+                    drop(cluster);
                 }
+                anyhow::Ok(Some(ended))
             });
             match outcome {
                 Ok(Some(o)) if o.status == "FINISHED" => Ok(ExitCode::SUCCESS),

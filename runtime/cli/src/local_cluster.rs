@@ -360,6 +360,26 @@ impl LocalCluster {
             .collect()
     }
 
+    /// Restarts every child that exited on its own, as a supervisor (Kubernetes) would, and
+    /// returns their names with each restart's outcome (one that failed is tried again by the
+    /// next call, which finds it still exited).
+    pub fn restart_exited(&mut self) -> Vec<(String, anyhow::Result<()>)> {
+        self.exited()
+            .into_iter()
+            .map(|name| {
+                let restarted = if name == "jobmanager" {
+                    self.restart_jobmanager()
+                } else {
+                    match name.trim_start_matches("taskmanager-").parse() {
+                        Ok(index) => self.restart_taskmanager(index),
+                        Err(_) => Err(anyhow::anyhow!("not a child this cluster restarts: {name}")),
+                    }
+                };
+                (name, restarted)
+            })
+            .collect()
+    }
+
     /// Process ids of JobManagers that were taken over and still run.
     pub fn old_jobmanager_pids(&mut self) -> Vec<u32> {
         self.processes

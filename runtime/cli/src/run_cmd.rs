@@ -13,10 +13,12 @@ use floe_proto::v1::{GetJobStatusRequest, JobStatusResponse};
 use crate::local_cluster::{ClusterSpec, LocalCluster};
 
 /// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct RunOutcome {
     pub status: String,
     pub failure: String,
+    /// With `keep_ui`: the local cluster, still serving the web UI; dropping it stops it.
+    pub kept: Option<LocalCluster>,
 }
 
 /// Reads and validates a manifest file.
@@ -151,8 +153,8 @@ async fn await_savepoint_outcomes(
 /// job in application mode with an operation log in the work directory; if it dies, it is started
 /// again on the same ports and resumes the job from the log.
 ///
-/// The JobManager's web UI is at the URL printed first; with `keep_ui` the cluster stays up after
-/// the job ended, for a look at it, until Ctrl-C.
+/// The JobManager's web UI is at the URL printed first; with `keep_ui` the cluster is handed back
+/// still up after the job ended, for a look at it (the caller waits for Ctrl-C).
 pub async fn run(job: &FlinkJob, work_dir: &Path, keep_ui: bool) -> anyhow::Result<RunOutcome> {
     floe_proto::tls::install(&job.spec.configuration)?;
     let spec = ClusterSpec {
@@ -275,18 +277,19 @@ pub async fn run(job: &FlinkJob, work_dir: &Path, keep_ui: bool) -> anyhow::Resu
     if let Some(out) = output_location(job).filter(|_| status.status == "FINISHED") {
         println!("Output: {out}");
     }
-    if keep_ui {
+    // Stdout is read by scripts waiting for the summary above: hand it over now.
+    let _ = std::io::stdout().flush();
+    let kept = if keep_ui {
         eprintln!("Web UI still at {ui} (--keep-ui); Ctrl-C stops the local cluster");
-        // Stdout is read by scripts waiting for the summary above: hand it over now.
-        let _ = std::io::stdout().flush();
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        Some(cluster)
     } else {
-        let _ = std::io::stdout().flush();
         await_savepoint_outcomes(&mut client, &status).await;
-    }
-    drop(cluster);
+        drop(cluster);
+        None
+    };
     Ok(RunOutcome {
         status: status.status,
         failure: status.failure,
+        kept,
     })
 }

@@ -24,32 +24,9 @@ use floe_manifest::{FlinkJob, RuntimeMode};
 use crate::client::Client;
 use crate::local_cluster::{ClusterSpec, LocalCluster};
 
-/// SplitMix64: every random choice comes from it, so a seed replays a run's schedule (the
-/// campaigns in `tests/` use it too).
-#[derive(Debug, Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    /// Uniform in `from..=to` ms.
-    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
-        Duration::from_millis(from + self.below(to - from + 1))
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
-}
+/// Every random choice comes from it, so a seed replays a run's schedule (the campaigns in
+/// `tests/` use it too).
+pub use floe_datastream::rng::SplitMix as Rng;
 
 /// A fault `--faults` may name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -321,19 +298,10 @@ impl Run<'_> {
         self.cluster.as_mut().expect("deployed")
     }
 
-    /// Restarts what exited on its own, as a supervisor would.
+    /// Restarts what exited on its own, as a supervisor would (one that fails is tried again
+    /// at the next call).
     fn supervise(&mut self) {
-        let cluster = self.cluster();
-        for name in cluster.exited() {
-            let _ = if name == "jobmanager" {
-                cluster.restart_jobmanager()
-            } else {
-                match name.trim_start_matches("taskmanager-").parse() {
-                    Ok(i) => cluster.restart_taskmanager(i),
-                    Err(_) => continue,
-                }
-            };
-        }
+        let _ = self.cluster().restart_exited();
     }
 
     fn pause(&mut self, d: Duration) {
@@ -395,11 +363,17 @@ impl Run<'_> {
 
     fn disturb(&mut self, d: Disturbance, rng: &mut Rng) -> anyhow::Result<()> {
         let tms = self.cluster().taskmanager_pids();
-        let tm = tms[rng.below(tms.len().max(1) as u64) as usize % tms.len().max(1)];
+        // None while every TaskManager is down (restarted by `supervise`): a TaskManager fault
+        // then has nothing to hit.
+        let pick = rng.below(tms.len().max(1) as u64) as usize;
+        let tm = tms.get(pick).copied();
         let (delay, hold) = (rng.millis(0, 1_000), rng.millis(300, 3_000));
         match d {
-            Disturbance::Fault(Fault::TmKill) => signal(tm, "-KILL"),
-            Disturbance::Fault(Fault::TmTerm) => signal(tm, "-TERM"),
+            Disturbance::Fault(f @ (Fault::TmKill | Fault::TmTerm)) => {
+                if let Some(tm) = tm {
+                    signal(tm, if f == Fault::TmKill { "-KILL" } else { "-TERM" });
+                }
+            }
             Disturbance::Fault(Fault::JmKill) => {
                 if let Some(pid) = self.cluster().jobmanager_pid() {
                     signal(pid, "-KILL");
@@ -407,7 +381,7 @@ impl Run<'_> {
             }
             Disturbance::Fault(f @ (Fault::TmPause | Fault::JmPause)) => {
                 let pid = if f == Fault::TmPause {
-                    Some(tm)
+                    tm
                 } else {
                     self.cluster().jobmanager_pid()
                 };
@@ -512,7 +486,7 @@ pub fn verify(job: &FlinkJob, options: &Options) -> anyhow::Result<Verdict> {
         job,
         &options.work_dir.join("reference"),
         &[],
-        &mut Rng(options.seed),
+        &mut Rng::new(options.seed),
         options.timeout,
         &mut reference,
     )
@@ -537,7 +511,14 @@ pub fn verify(job: &FlinkJob, options: &Options) -> anyhow::Result<Verdict> {
         };
         let started = Instant::now();
         let dir = options.work_dir.join(format!("run-{seed}"));
-        match run_once(job, &dir, &kinds, &mut Rng(seed), options.timeout, &mut report) {
+        match run_once(
+            job,
+            &dir,
+            &kinds,
+            &mut Rng::new(seed),
+            options.timeout,
+            &mut report,
+        ) {
             Ok(got) => {
                 report.exact =
                     report.problems.is_empty() && compare_lines(&got, &expected, &mut report.problems)
@@ -593,7 +574,7 @@ mod tests {
     #[test]
     fn a_seed_replays_its_schedule() {
         let draw = |seed| {
-            let mut r = Rng(seed);
+            let mut r = Rng::new(seed);
             (0..5).map(|_| r.below(100)).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));

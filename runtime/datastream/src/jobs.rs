@@ -481,13 +481,9 @@ pub fn keyed_state(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
 fn state_key(k: u64, width: usize) -> String {
     use std::fmt::Write as _;
     let mut out = String::with_capacity(width + 16);
-    let mut x = k;
+    let mut rng = crate::rng::SplitMix::new(k);
     while out.len() < width {
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        let _ = write!(out, "{:016x}", z ^ (z >> 31));
+        let _ = write!(out, "{:016x}", rng.next_u64());
     }
     out.truncate(width);
     out

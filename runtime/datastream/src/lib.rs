@@ -24,6 +24,7 @@ pub mod nexmark;
 mod operator_ids;
 mod operators;
 mod pace;
+pub mod rng;
 mod state;
 mod task;
 mod time;
@@ -40,6 +41,7 @@ pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
+pub use io::sink::SUPERSEDED_RUNS_KEY;
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word, location_url};
 pub use jobs::{
     ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,

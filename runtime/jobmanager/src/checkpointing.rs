@@ -356,7 +356,43 @@ impl JobManager {
                 }
             }
         }
+        if let Some(before_ms) = subsumed.sweep_before_ms {
+            sweep_shared_state(&store, conf, &job_id, before_ms).await;
+        }
         Ok(())
+    }
+}
+
+/// The listing sweep of the job's shared state (see `CheckpointStore::unreferenced_shared`):
+/// what no checkpoint references and nothing will name again goes. A failure only leaves it for
+/// the next sweep.
+async fn sweep_shared_state(
+    store: &floe_checkpoint::CheckpointStore,
+    conf: &std::collections::BTreeMap<String, String>,
+    job_id: &str,
+    before_ms: u64,
+) {
+    let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(before_ms);
+    let doomed = match store.unreferenced_shared(job_id, before).await {
+        Ok(doomed) => doomed,
+        Err(e) => {
+            tracing::warn!(job = %job_id, "could not sweep the shared state: {e}");
+            return;
+        }
+    };
+    if doomed.is_empty() {
+        return;
+    }
+    let Ok(Some(objects)) = ObjectStore::job_storage(conf) else {
+        return;
+    };
+    match objects.delete_many(&doomed).await {
+        Ok(()) => tracing::info!(
+            job = %job_id,
+            objects = doomed.len(),
+            "swept shared state no checkpoint references (uploads never acknowledged)"
+        ),
+        Err(e) => tracing::warn!(job = %job_id, "could not sweep the shared state: {e}"),
     }
 }
 

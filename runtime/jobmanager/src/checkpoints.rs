@@ -20,7 +20,20 @@ pub struct Subsumed {
     /// The oldest checkpoint retention keeps: every `chk-{n}` below it can go (aborted
     /// checkpoints' claims and late uploads, deletes that failed).
     pub oldest_retained: Option<u64>,
+    /// When set, a sweep of the job's shared state is due: the objects no checkpoint in the store
+    /// references, written before this time (ms since the epoch; see
+    /// `CheckpointStore::unreferenced_shared`). At the first completion after a JobManager
+    /// started (what one before it forgot), then at most every [`SWEEP_EVERY_MS`].
+    pub sweep_before_ms: Option<u64>,
 }
+
+/// How often the shared state's listing sweep runs at most: it lists every shared object and
+/// reads every checkpoint's metadata, which a checkpoint a second must not pay each time.
+pub const SWEEP_EVERY_MS: u64 = 5 * 60 * 1000;
+
+/// How much earlier than the latest completed checkpoint's trigger an object must have been
+/// written to be swept: room for the object store's clock running ahead of the JobManager's.
+pub const SWEEP_CLOCK_MARGIN_MS: u64 = 60 * 1000;
 
 /// Counts for the REST API (Flink's `/jobs/{id}/checkpoints`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +82,8 @@ pub struct JobCheckpoints {
     /// every shared file its state still has, so one acknowledged for an older checkpoint and not
     /// named by a retained one is gone from its state for good (a file is never made again).
     unconfirmed: BTreeMap<u64, BTreeSet<String>>,
+    /// When the last shared state sweep was due (`None`: none since this JobManager started).
+    swept_ms: Option<u64>,
     /// Checkpoints aborted whose abort the TaskManagers were not told yet (their sources send
     /// the cancel-checkpoint marker, so no alignment waits for the barrier until the next one).
     pub aborted_unsent: Vec<u64>,
@@ -95,6 +110,7 @@ impl JobCheckpoints {
             history: CheckpointHistory::default(),
             id_floor: 0,
             unconfirmed: BTreeMap::new(),
+            swept_ms: None,
             aborted_unsent: Vec::new(),
         }
     }
@@ -393,10 +409,19 @@ impl JobCheckpoints {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
+        let sweep_before_ms = self
+            .latest
+            .as_ref()
+            .filter(|c| self.swept_ms.is_none_or(|t| c.completed_ms >= t + SWEEP_EVERY_MS))
+            .map(|c| {
+                self.swept_ms = Some(c.completed_ms);
+                c.triggered_ms.saturating_sub(SWEEP_CLOCK_MARGIN_MS)
+            });
         Subsumed {
             checkpoints: dropped,
             shared_files,
             oldest_retained: self.retained.iter().map(|c| c.id).min(),
+            sweep_before_ms,
         }
     }
 
@@ -560,6 +585,29 @@ mod tests {
         );
     }
 
+    /// Issue 31, item 11: the listing sweep of shared state is due at the first completion after
+    /// a JobManager started, then at most every `SWEEP_EVERY_MS`, with the cutoff at the
+    /// completed checkpoint's trigger less the clock margin.
+    #[test]
+    fn the_shared_state_sweep_is_due_first_then_every_five_minutes() {
+        let tasks = vec!["source#0".to_string()];
+        let mut c = JobCheckpoints::new("j", config(), tasks.clone(), tasks.clone());
+        c.resume_from("j", tasks.clone(), tasks, None);
+        let complete = |c: &mut JobCheckpoints, at: u64| {
+            let (id, _) = c.maybe_trigger(at, true, &[]).expect("triggers");
+            let done = c
+                .acknowledge(id, "source#0", snap(&[]), at + 10)
+                .expect("completes");
+            c.completed(done).sweep_before_ms
+        };
+        let start = 10 * SWEEP_EVERY_MS;
+        assert_eq!(complete(&mut c, start), Some(start - SWEEP_CLOCK_MARGIN_MS));
+        assert_eq!(complete(&mut c, start + 60_000), None);
+        assert_eq!(complete(&mut c, start + SWEEP_EVERY_MS - 1_000), None);
+        let later = start + SWEEP_EVERY_MS + 1_000;
+        assert_eq!(complete(&mut c, later), Some(later - SWEEP_CLOCK_MARGIN_MS));
+    }
+
     #[test]
     fn triggers_on_interval_and_drops_shared_files_only_when_no_retained_checkpoint_uses_them() {
         let tasks = vec!["source#0".to_string(), "sum#0".to_string()];
@@ -593,6 +641,8 @@ mod tests {
             c.completed(done),
             Subsumed {
                 oldest_retained: Some(1),
+                // The first completion since this JobManager started sweeps.
+                sweep_before_ms: Some(0),
                 ..Subsumed::default()
             }
         );
@@ -611,6 +661,7 @@ mod tests {
         let subsumed = c.completed(done);
         assert_eq!(subsumed.checkpoints, vec![1]);
         assert_eq!(subsumed.oldest_retained, Some(2), "retention keeps one here");
+        assert_eq!(subsumed.sweep_before_ms, None, "a second later: not due");
         assert_eq!(
             subsumed.shared_files,
             vec!["j/shared/a.sst".to_string()],

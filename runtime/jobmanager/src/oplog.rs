@@ -468,6 +468,11 @@ pub async fn resume(
                 .configuration
                 .insert(crate::job::RECOVERY_PATH_KEY.into(), path);
         }
+        if let Some(runs) = superseded_runs(&logged, &app.deployment) {
+            app.job
+                .configuration
+                .insert(floe_datastream::SUPERSEDED_RUNS_KEY.into(), runs);
+        }
         // A job that cannot be built is refused before it reaches the log.
         let vertices = jm.check(&app.job)?;
         let id = JobManager::new_job_id();
@@ -499,6 +504,21 @@ pub async fn resume(
     }
     jm.attach_log(log, known, history).await;
     Ok(())
+}
+
+/// The earlier runs of `deployment`'s FlinkJob that completed no checkpoint, newest last and
+/// comma-separated (`None`: none): what they left in progress in the file sinks' directories no
+/// restore will ever commit, and the new run's sinks remove it at their end (see
+/// `SUPERSEDED_RUNS_KEY`). The last 64 of them: a run that reached its end or a stop removed
+/// those before it.
+fn superseded_runs(logged: &[LoggedJob], deployment: &str) -> Option<String> {
+    let uid = uid_of(deployment)?;
+    let runs: Vec<&str> = logged
+        .iter()
+        .filter(|j| j.checkpoints.is_empty() && uid_of(&j.deployment) == Some(uid))
+        .map(|j| j.id.as_str())
+        .collect();
+    (!runs.is_empty()).then(|| runs[runs.len().saturating_sub(64)..].join(","))
 }
 
 /// What a `last-state` deployment starts from: the latest readable checkpoint the log vouches
@@ -848,6 +868,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Issue 31: a new deployment names the earlier runs of its FlinkJob that completed no
+    /// checkpoint (their in-progress parts are garbage its sinks remove), never one with a
+    /// checkpoint (a restore of it commits its pending parts) nor another FlinkJob's run.
+    #[test]
+    fn a_new_deployment_names_the_earlier_runs_without_a_checkpoint() {
+        let events = vec![
+            submitted("killed-early", "uid1/1#x", BTreeMap::new()),
+            submitted("checkpointed", "uid1/2#x", BTreeMap::new()),
+            completed("checkpointed", 1),
+            submitted("other-flinkjob", "uid2/1#x", BTreeMap::new()),
+            submitted("failed", "uid1/3#y", BTreeMap::new()),
+            status("failed", "FAILED"),
+        ];
+        let logged = jobs_of(&events);
+        assert_eq!(
+            superseded_runs(&logged, "uid1/4#y").as_deref(),
+            Some("killed-early,failed")
+        );
+        assert_eq!(superseded_runs(&logged, "uid3/1#x"), None);
+        // Without a FlinkJob uid no run is known to be of the same job.
+        assert_eq!(superseded_runs(&logged, "/1#x"), None);
     }
 
     /// Issue item 8, end to end on a file system: a JobManager that appends 3,000 checkpoints keeps

@@ -429,6 +429,49 @@ impl ObjectStore {
         Ok(names)
     }
 
+    /// Objects under `dir` at any depth (paths relative to it, sorted), each with when it was
+    /// last written as the store tells (S3's Last-Modified, a file's modification time; `None`
+    /// where it tells nothing, even asked for one object).
+    pub async fn list_all_with_times(
+        &self,
+        dir: &str,
+    ) -> Result<Vec<(String, Option<std::time::SystemTime>)>> {
+        let dir_path = normalize_prefix(dir);
+        let full = self.full(&dir_path);
+        let listed = self
+            .read_op(&dir_path, async {
+                Ok(self.op.list_with(&full).recursive(true).await)
+            })
+            .await?;
+        let entries = match listed {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io(&dir_path, e)),
+        };
+        let mut objects = Vec::new();
+        for e in entries {
+            let Some(name) = e
+                .path()
+                .strip_prefix(&full)
+                .filter(|n| !n.is_empty() && !n.ends_with('/'))
+            else {
+                continue;
+            };
+            let time = match e.metadata().last_modified() {
+                Some(t) => Some(t),
+                // Listings that leave it out (some stores): ask the object.
+                None => match self.op.stat(e.path()).await {
+                    Ok(meta) => meta.last_modified(),
+                    Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                    Err(e) => return Err(self.io(&format!("{dir_path}{name}"), e)),
+                },
+            };
+            objects.push((name.to_string(), time.map(std::time::SystemTime::from)));
+        }
+        objects.sort();
+        Ok(objects)
+    }
+
     /// Deletes an object; a missing one is not an error.
     pub async fn delete(&self, path: &str) -> Result<()> {
         self.write_op(path, async {

@@ -12,25 +12,7 @@ use crate::types::TaskMetrics;
 
 use super::*;
 
-/// SplitMix64: a tiny, seedable, portable generator (the same numbers in every process).
-#[derive(Debug, Clone)]
-pub(crate) struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub(crate) use crate::rng::SplitMix;
 
 /// Words in the generator's vocabulary.
 pub const GENERATOR_VOCABULARY: usize = 10_000;
@@ -63,7 +45,7 @@ pub fn generator_line(seed: u64, index: u64, cdf: &[f64], words: &[String]) -> S
     let n = 1 + (rng.next_u64() % 12) as usize;
     let mut line = String::new();
     for i in 0..n {
-        let u = rng.next_f64();
+        let u = rng.unit();
         let rank = cdf.partition_point(|&c| c < u).min(words.len() - 1);
         if i > 0 {
             line.push(' ');

@@ -150,6 +150,15 @@ pub trait SinkIo: Send {
     }
 }
 
+/// Configuration key: the earlier runs of the job's lineage that completed no checkpoint (their
+/// job ids, comma-separated), which the JobManager sets on a new deployment from its operation
+/// log: runs killed before their first checkpoint, or that failed for good. No checkpoint or
+/// savepoint lists a part of theirs as pending, so no restore will ever commit one: what they
+/// left in progress is garbage of processes that are gone, which the file sink removes at its
+/// end, as it removes its own lineages' abandoned parts. (A run that completed a checkpoint
+/// keeps its in-progress parts: a later restore of that checkpoint commits its pending ones.)
+pub const SUPERSEDED_RUNS_KEY: &str = "floe.internal.superseded-runs";
+
 /// What a checkpointing file sink records per checkpoint: the parts written up to the barrier
 /// (pending commit), by name, and the number of the next part.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -185,6 +194,9 @@ pub(crate) struct FileSinkIo {
     url: String,
     /// The job run's id (empty: a test harness's single run, no prefix).
     run: String,
+    /// Earlier runs of the job's lineage without a checkpoint ([`SUPERSEDED_RUNS_KEY`]): their
+    /// in-progress parts go at this sink's end.
+    superseded: Vec<String>,
     conf: BTreeMap<String, String>,
     subtask: u32,
     attempt: u64,
@@ -259,6 +271,17 @@ impl FileSinkIo {
         FileSinkIo {
             url,
             run: ctx.job_id.clone(),
+            superseded: ctx
+                .configuration
+                .get(SUPERSEDED_RUNS_KEY)
+                .map(|runs| {
+                    runs.split(',')
+                        .map(str::trim)
+                        .filter(|r| !r.is_empty() && *r != ctx.job_id)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
             conf: ctx.configuration.clone(),
             subtask: ctx.subtask,
             attempt: ctx.attempt,
@@ -349,8 +372,12 @@ impl FileSinkIo {
                 for st in states {
                     pending.extend(st.pending);
                     match st.lineage {
+                        // A failover within this run. What the state took over stays this
+                        // sink's to clean, another run's lineage included: a redeploy's first
+                        // attempt that failed before its end never removed what the run it
+                        // restored left in progress.
                         Some(lineage) if self.is_own(&lineage) => {
-                            inherited.extend(st.taken_over.into_iter().filter(|l| self.is_own(l)));
+                            inherited.extend(st.taken_over);
                             taken.push((lineage, st.next_part));
                         }
                         // Another run's (a redeploy from its checkpoint or savepoint): its
@@ -440,7 +467,8 @@ impl FileSinkIo {
     /// End of input, after this writer committed everything: this subtask's in-progress parts of
     /// other writers (attempts that failed or were cancelled, whose names never repeat) will never
     /// be committed; they go now. Not earlier: while the job runs, one of them may belong to an
-    /// attempt still writing.
+    /// attempt still writing. So does every in-progress part of the superseded runs without a
+    /// checkpoint (any subtask's: every subtask removes them, and a part already gone is no error).
     async fn remove_abandoned_parts(&self) -> Result<()> {
         let loc = locate(&self.url, &self.conf)?;
         let dir = Self::dir(&loc);
@@ -453,6 +481,7 @@ impl FileSinkIo {
         if mine.is_empty() {
             mine.push(format!(".part-{}{}-", self.run_prefix(), self.subtask));
         }
+        mine.extend(self.superseded.iter().map(|run| format!(".part-{run}-")));
         for entry in entries {
             let name = entry.name().trim_end_matches('/');
             // Everything of this writer is committed by now: what is left is someone else's.
@@ -552,6 +581,27 @@ impl SinkIo for FileSinkIo {
         let fin = format!("{}/part-{}{}", Self::dir(&loc), self.run_prefix(), self.subtask);
         rename(&loc, &tmp, &fin).await?;
         self.remove_abandoned_parts().await
+    }
+}
+
+/// An attempt dropped with a part open (cancelled, or aborted when its TaskManager dropped its
+/// work for a JobManager that declared it lost): that part holds only output after the last
+/// barrier, which no checkpoint covers and a restore replays, so nothing will ever commit it.
+/// Removed now, in the background: when the attempt was a zombie resumed after the job's other
+/// attempts ended, nobody else is left to. A killed process leaves it; see
+/// `remove_abandoned_parts`.
+impl Drop for FileSinkIo {
+    fn drop(&mut self) {
+        if let Some((loc, tmp, w)) = self.open.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                drop(w);
+                if let Err(e) = loc.op.delete(&tmp).await {
+                    tracing::warn!(part = tmp, "cannot remove an abandoned part: {e}");
+                }
+            });
+        }
     }
 }
 

@@ -378,6 +378,155 @@ async fn later_runs_never_remove_what_earlier_runs_committed() {
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
+/// Issue 31 (a `floe verify` run, seed 4: a suspend, then a TaskManager paused): a redeploy
+/// from another run's checkpoint whose first attempt fails before its end. The failover restores
+/// the new run's own checkpoint, and its end must still remove what the restored run left in
+/// progress (its state lists that lineage as taken over): no hidden part outlives the job.
+#[tokio::test]
+async fn a_failover_after_a_redeploy_still_removes_what_the_earlier_run_left_in_progress() {
+    let dir = std::env::temp_dir().join(format!("floe-sink-redeploy-failover-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = dir.to_string_lossy().into_owned();
+    // Run 1 checkpoints a part, writes on, and is killed (a suspend): its open part stays.
+    let mut first = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("run1", 0, None)));
+    first
+        .write(Bytes::from_static(b"run1 covered\n"))
+        .await
+        .expect("write");
+    let latest = first.pre_commit(1).await.expect("pre-commit").expect("state");
+    first
+        .write(Bytes::from_static(b"run1 lost\n"))
+        .await
+        .expect("write");
+    // Killed: no drop runs.
+    std::mem::forget(first);
+    // Run 2 restores run 1's checkpoint (last-state), checkpoints, and its attempt fails.
+    let mut second = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context_in("run2", 0, restore(1, vec![latest])),
+    ));
+    second
+        .write(Bytes::from_static(b"run2 covered\n"))
+        .await
+        .expect("write");
+    let own = second.pre_commit(2).await.expect("pre-commit").expect("state");
+    second.commit(2).await.expect("commit");
+    std::mem::forget(second);
+    assert!(own.contains("\"taken_over\":[\"run1-0\"]"), "{own}");
+    let hidden = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".inprogress"))
+            .collect()
+    };
+    assert!(
+        hidden(&dir).iter().any(|n| n.starts_with(".part-run1-0-")),
+        "run 1's killed attempt left its open part: {:?}",
+        hidden(&dir)
+    );
+    // Run 2's failover to its checkpoint 2 runs to its end.
+    let again = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context_in("run2", 0, restore(2, vec![own])),
+    ));
+    again.close().await.expect("close");
+    let mut contents: Vec<String> = committed(&dir).into_values().collect();
+    contents.sort();
+    assert_eq!(contents, vec!["run1 covered\n", "run2 covered\n"]);
+    assert!(hidden(&dir).is_empty(), "{:?}", hidden(&dir));
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// An attempt aborted with a part open (its task cancelled, or dropped by a TaskManager the
+/// JobManager declared lost, after the job's other attempts may have ended) removes that part:
+/// it covers only output after the last barrier, which nothing will commit. What its checkpoint
+/// covers stays, in progress, for the restore to commit.
+#[tokio::test]
+async fn an_aborted_attempt_removes_its_open_part_and_keeps_what_its_checkpoint_covers() {
+    let dir = std::env::temp_dir().join(format!("floe-sink-aborted-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = dir.to_string_lossy().into_owned();
+    let mut sink = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("run1", 0, None)));
+    sink.write(Bytes::from_static(b"covered\n")).await.expect("write");
+    let state = sink.pre_commit(1).await.expect("pre-commit").expect("state");
+    sink.write(Bytes::from_static(b"after the barrier\n"))
+        .await
+        .expect("write");
+    let hidden = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".inprogress"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(hidden(&dir).len(), 2, "{:?}", hidden(&dir));
+    drop(sink);
+    // The removal runs in the background: wait for it (a minute at most, then fail).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while hidden(&dir).len() > 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(hidden(&dir).len(), 1, "{:?}", hidden(&dir));
+    // The restore commits the covered part: nothing was lost.
+    let restored = Box::new(FileSinkIo::new(
+        url.clone(),
+        &sink_context_in("run1", 0, restore(1, vec![state])),
+    ));
+    restored.close().await.expect("close");
+    let contents: Vec<String> = committed(&dir).into_values().collect();
+    assert_eq!(contents, vec!["covered\n"]);
+    assert!(hidden(&dir).is_empty(), "{:?}", hidden(&dir));
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// Issue 31: a run killed before its first checkpoint leaves parts in progress that no restore
+/// will ever commit. The next run of the lineage, told of it (`SUPERSEDED_RUNS_KEY`, which the
+/// JobManager sets from its operation log), removes them at its end, every subtask's; another
+/// run's (not superseded: it may have a checkpoint to restore) stay.
+#[tokio::test]
+async fn a_new_run_removes_what_runs_without_a_checkpoint_left_in_progress() {
+    let dir = std::env::temp_dir().join(format!("floe-sink-superseded-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = dir.to_string_lossy().into_owned();
+    for k in 0..2u32 {
+        let mut killed = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("early", k, None)));
+        killed
+            .write(Bytes::from(format!("never covered {k}\n")))
+            .await
+            .expect("write");
+        std::mem::forget(killed);
+    }
+    std::fs::write(dir.join(".part-kept-0-0-w.inprogress"), "another run's\n").expect("write");
+    let mut ctx = sink_context_in("next", 0, None);
+    ctx.configuration
+        .insert(crate::SUPERSEDED_RUNS_KEY.into(), "early, next".into());
+    let mut next = Box::new(FileSinkIo::new(url.clone(), &ctx));
+    next.write(Bytes::from_static(b"next\n")).await.expect("write");
+    next.pre_commit(1).await.expect("pre-commit");
+    next.commit(1).await.expect("commit");
+    let hidden = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".inprogress"))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(hidden(&dir).len(), 3, "{:?}", hidden(&dir));
+    next.close().await.expect("close");
+    assert_eq!(hidden(&dir), vec![".part-kept-0-0-w.inprogress"]);
+    let contents: Vec<String> = committed(&dir).into_values().collect();
+    assert_eq!(contents, vec!["next\n"]);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
 #[tokio::test]
 async fn whole_file_splits_give_each_file_to_one_subtask_in_order() {
     let dir = std::env::temp_dir().join(format!("floe-whole-files-{}", std::process::id()));

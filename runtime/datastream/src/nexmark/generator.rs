@@ -13,6 +13,7 @@
 use std::sync::OnceLock;
 
 use super::model::{Auction, Bid, Event, Person};
+use crate::rng::SplitMix;
 
 pub const FIRST_PERSON_ID: u64 = 1000;
 pub const FIRST_AUCTION_ID: u64 = 1000;
@@ -90,25 +91,19 @@ impl Default for NexmarkConfig {
     }
 }
 
-/// SplitMix64: small, fast, and enough for benchmark data.
-struct Rng(u64);
+/// The events' generator: [`SplitMix`], seeded per event.
+struct Rng(SplitMix);
 
 impl Rng {
     fn for_event(seed: u64, n: u64) -> Self {
-        Rng(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5851_F42D_4C95_7F2D)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        Rng(SplitMix::new(
+            seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5851_F42D_4C95_7F2D,
+        ))
     }
 
     /// Uniform in `0..bound` (`bound` >= 1).
     fn below(&mut self, bound: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(bound.max(1))) >> 64) as u64
+        self.0.below(bound)
     }
 
     fn int(&mut self, bound: u32) -> usize {
@@ -116,7 +111,7 @@ impl Rng {
     }
 
     fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit()
     }
 
     /// The reference `nextPrice`: `round(10^(u * 6) * 100)`, 100 to 100,000,000 (cents).
@@ -158,7 +153,7 @@ impl Rng {
 fn filler() -> &'static str {
     static FILLER: OnceLock<String> = OnceLock::new();
     FILLER.get_or_init(|| {
-        let mut rng = Rng(0x4E45_584D_4152_4B21);
+        let mut rng = Rng(SplitMix::new(0x4E45_584D_4152_4B21));
         (0..1 << 20).map(|_| (b'a' + rng.int(26) as u8) as char).collect()
     })
 }
@@ -167,7 +162,7 @@ fn filler() -> &'static str {
 fn urls() -> &'static (Vec<String>, Vec<String>) {
     static URLS: OnceLock<(Vec<String>, Vec<String>)> = OnceLock::new();
     URLS.get_or_init(|| {
-        let mut rng = Rng(0x5552_4C53);
+        let mut rng = Rng(SplitMix::new(0x5552_4C53));
         let base = |rng: &mut Rng| {
             format!(
                 "https://www.nexmark.com/{}/{}/{}/item.htm?query=1",
