@@ -142,12 +142,21 @@ impl CheckpointStore {
     /// upload for a checkpoint in flight); an instance that is gone is only named again by a
     /// restore, of a checkpoint whose metadata is here. Metadata that does not read back stops
     /// the sweep (an error): what it references is unknown.
+    ///
+    /// `latest` is that latest completed checkpoint, whose files are kept whatever the listing
+    /// finds: the argument rests on it, and retention may delete its metadata while the sweep
+    /// runs (a newer checkpoint completed meanwhile, which reuses those files).
     pub async fn unreferenced_shared(
         &self,
-        job_id: &str,
+        latest: &CompletedCheckpoint,
         before: std::time::SystemTime,
     ) -> Result<Vec<String>> {
-        let mut referenced = std::collections::BTreeSet::new();
+        let job_id = latest.job_id.as_str();
+        let mut referenced: std::collections::BTreeSet<String> = latest
+            .tasks
+            .values()
+            .flat_map(|t| t.files.iter().cloned())
+            .collect();
         for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
             let Some(id) = name
                 .strip_prefix("chk-")
@@ -160,7 +169,8 @@ impl CheckpointStore {
                 Ok(checkpoint) => {
                     referenced.extend(checkpoint.tasks.into_values().flat_map(|t| t.files));
                 }
-                // Never completed (or deleted meanwhile by retention): it references nothing.
+                // Never completed, or deleted meanwhile by retention (what a newer checkpoint
+                // may still use of it is in `latest`).
                 Err(Error::Storage(floe_storage::Error::NotFound { .. })) => {}
                 Err(e) => return Err(e),
             }
@@ -336,15 +346,24 @@ mod tests {
             .files
             .push(referenced.to_string());
         checkpoints.write(&c).await.unwrap();
+        // The latest completed checkpoint, whose metadata retention deleted during the sweep.
+        let latest_file = "checkpoints/job1/shared/0-0/i1~4.sst";
+        let mut latest = checkpoint(8);
+        latest
+            .tasks
+            .get_mut("count#0")
+            .unwrap()
+            .files
+            .push(latest_file.to_string());
         // 6 never completed: its upload has no metadata naming it.
         let orphan = "checkpoints/job1/shared/0-0/i1~2.sst";
         let dead = "checkpoints/job1/shared/1-0/i0~7.sst";
         let recent = "checkpoints/job1/shared/0-0/i1~3.sst";
-        for path in [referenced, orphan, dead, recent] {
+        for path in [referenced, orphan, dead, recent, latest_file] {
             objects.put(path, b"sst".to_vec()).await.unwrap();
         }
         let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-        for path in [referenced, orphan, dead] {
+        for path in [referenced, orphan, dead, latest_file] {
             std::fs::File::options()
                 .write(true)
                 .open(dir.join("default/job").join(path))
@@ -354,14 +373,14 @@ mod tests {
         }
         let cutoff = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
         assert_eq!(
-            checkpoints.unreferenced_shared("job1", cutoff).await.unwrap(),
+            checkpoints.unreferenced_shared(&latest, cutoff).await.unwrap(),
             vec![orphan.to_string(), dead.to_string()]
         );
         // Damaged metadata: nothing is known to be unreferenced.
         let meta = "checkpoints/job1/chk-5/_metadata";
         let whole = objects.get(meta).await.unwrap();
         objects.put(meta, whole.slice(..whole.len() - 5)).await.unwrap();
-        assert!(checkpoints.unreferenced_shared("job1", cutoff).await.is_err());
+        assert!(checkpoints.unreferenced_shared(&latest, cutoff).await.is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 

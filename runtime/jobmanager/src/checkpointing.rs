@@ -357,7 +357,7 @@ impl JobManager {
             }
         }
         if let Some(before_ms) = subsumed.sweep_before_ms {
-            sweep_shared_state(&store, conf, &job_id, before_ms).await;
+            sweep_shared_state(&store, conf, &checkpoint, before_ms).await;
         }
         Ok(())
     }
@@ -369,11 +369,12 @@ impl JobManager {
 async fn sweep_shared_state(
     store: &floe_checkpoint::CheckpointStore,
     conf: &std::collections::BTreeMap<String, String>,
-    job_id: &str,
+    latest: &CompletedCheckpoint,
     before_ms: u64,
 ) {
+    let job_id = latest.job_id.as_str();
     let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(before_ms);
-    let doomed = match store.unreferenced_shared(job_id, before).await {
+    let doomed = match store.unreferenced_shared(latest, before).await {
         Ok(doomed) => doomed,
         Err(e) => {
             tracing::warn!(job = %job_id, "could not sweep the shared state: {e}");

@@ -592,11 +592,13 @@ impl SinkIo for FileSinkIo {
 /// `remove_abandoned_parts`.
 impl Drop for FileSinkIo {
     fn drop(&mut self) {
-        if let Some((loc, tmp, w)) = self.open.take()
+        if let Some((loc, tmp, mut w)) = self.open.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
-                drop(w);
+                // Aborted, not just dropped: on S3 a part not closed is a multipart upload that
+                // would stay (and be billed) with no object to delete.
+                let _ = w.abort().await;
                 if let Err(e) = loc.op.delete(&tmp).await {
                     tracing::warn!(part = tmp, "cannot remove an abandoned part: {e}");
                 }
