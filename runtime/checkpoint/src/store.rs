@@ -26,6 +26,11 @@ fn dir(job_id: &str, id: u64) -> String {
     format!("checkpoints/{job_id}/chk-{id}")
 }
 
+/// The checkpoint id of a listed `chk-{id}/` directory name (`None`: another entry).
+fn checkpoint_id(name: &str) -> Option<u64> {
+    name.strip_prefix("chk-")?.strip_suffix('/')?.parse().ok()
+}
+
 impl CheckpointStore {
     /// `store` is the job storage (`{storage.url}/{namespace}/{job-name}`).
     pub fn new(store: ObjectStore) -> Self {
@@ -113,11 +118,7 @@ impl CheckpointStore {
     pub async fn delete_older_than(&self, job_id: &str, below: u64) -> Result<Vec<u64>> {
         let mut deleted = Vec::new();
         for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
-            let Some(id) = name
-                .strip_prefix("chk-")
-                .and_then(|n| n.strip_suffix('/'))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
+            let Some(id) = checkpoint_id(&name) else {
                 continue;
             };
             if id < below {
@@ -158,11 +159,7 @@ impl CheckpointStore {
             .flat_map(|t| t.files.iter().cloned())
             .collect();
         for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
-            let Some(id) = name
-                .strip_prefix("chk-")
-                .and_then(|n| n.strip_suffix('/'))
-                .and_then(|n| n.parse::<u64>().ok())
-            else {
+            let Some(id) = checkpoint_id(&name) else {
                 continue;
             };
             match self.load(job_id, id).await {

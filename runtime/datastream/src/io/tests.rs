@@ -171,6 +171,17 @@ fn committed(dir: &std::path::Path) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The hidden in-progress parts of a sink directory, by name, sorted.
+fn in_progress(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".inprogress"))
+        .collect();
+    names.sort();
+    names
+}
+
 /// Issue 11, scenario 5: two attempts of one subtask restored from the same checkpoint (the
 /// older one on a TaskManager declared lost that still runs) write at the same time. The
 /// current attempt's commit makes exactly its own data visible.
@@ -296,11 +307,7 @@ async fn sink_states_move_between_parallelisms_without_loss_or_duplicates() {
         &sink_context_of(0, restore(2, vec![state.clone()])),
     ));
     last.close().await.expect("close");
-    let hidden: Vec<String> = std::fs::read_dir(&dir)
-        .expect("dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".inprogress"))
-        .collect();
+    let hidden = in_progress(&dir);
     assert!(hidden.is_empty(), "{hidden:?}");
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
@@ -369,11 +376,7 @@ async fn later_runs_never_remove_what_earlier_runs_committed() {
         vec!["run1 a\n", "run1 b\n", "run1 c\n", "run2\n", "run3 x\n"]
     );
     // What the restored lineage left in progress is never committed: gone at run 3's end.
-    let hidden: Vec<String> = std::fs::read_dir(&dir)
-        .expect("dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".inprogress"))
-        .collect();
+    let hidden = in_progress(&dir);
     assert!(hidden.is_empty(), "{hidden:?}");
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
@@ -414,17 +417,10 @@ async fn a_failover_after_a_redeploy_still_removes_what_the_earlier_run_left_in_
     second.commit(2).await.expect("commit");
     std::mem::forget(second);
     assert!(own.contains("\"taken_over\":[\"run1-0\"]"), "{own}");
-    let hidden = |dir: &std::path::Path| -> Vec<String> {
-        std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".inprogress"))
-            .collect()
-    };
     assert!(
-        hidden(&dir).iter().any(|n| n.starts_with(".part-run1-0-")),
+        in_progress(&dir).iter().any(|n| n.starts_with(".part-run1-0-")),
         "run 1's killed attempt left its open part: {:?}",
-        hidden(&dir)
+        in_progress(&dir)
     );
     // Run 2's failover to its checkpoint 2 runs to its end.
     let again = Box::new(FileSinkIo::new(
@@ -435,7 +431,7 @@ async fn a_failover_after_a_redeploy_still_removes_what_the_earlier_run_left_in_
     let mut contents: Vec<String> = committed(&dir).into_values().collect();
     contents.sort();
     assert_eq!(contents, vec!["run1 covered\n", "run2 covered\n"]);
-    assert!(hidden(&dir).is_empty(), "{:?}", hidden(&dir));
+    assert!(in_progress(&dir).is_empty(), "{:?}", in_progress(&dir));
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
@@ -455,23 +451,14 @@ async fn an_aborted_attempt_removes_its_open_part_and_keeps_what_its_checkpoint_
     sink.write(Bytes::from_static(b"after the barrier\n"))
         .await
         .expect("write");
-    let hidden = |dir: &std::path::Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".inprogress"))
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(hidden(&dir).len(), 2, "{:?}", hidden(&dir));
+    assert_eq!(in_progress(&dir).len(), 2, "{:?}", in_progress(&dir));
     drop(sink);
     // The removal runs in the background: wait for it (a minute at most, then fail).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while hidden(&dir).len() > 1 && std::time::Instant::now() < deadline {
+    while in_progress(&dir).len() > 1 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(hidden(&dir).len(), 1, "{:?}", hidden(&dir));
+    assert_eq!(in_progress(&dir).len(), 1, "{:?}", in_progress(&dir));
     // The restore commits the covered part: nothing was lost.
     let restored = Box::new(FileSinkIo::new(
         url.clone(),
@@ -480,7 +467,7 @@ async fn an_aborted_attempt_removes_its_open_part_and_keeps_what_its_checkpoint_
     restored.close().await.expect("close");
     let contents: Vec<String> = committed(&dir).into_values().collect();
     assert_eq!(contents, vec!["covered\n"]);
-    assert!(hidden(&dir).is_empty(), "{:?}", hidden(&dir));
+    assert!(in_progress(&dir).is_empty(), "{:?}", in_progress(&dir));
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
@@ -510,18 +497,9 @@ async fn a_new_run_removes_what_runs_without_a_checkpoint_left_in_progress() {
     next.write(Bytes::from_static(b"next\n")).await.expect("write");
     next.pre_commit(1).await.expect("pre-commit");
     next.commit(1).await.expect("commit");
-    let hidden = |dir: &std::path::Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .expect("dir")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".inprogress"))
-            .collect();
-        names.sort();
-        names
-    };
-    assert_eq!(hidden(&dir).len(), 3, "{:?}", hidden(&dir));
+    assert_eq!(in_progress(&dir).len(), 3, "{:?}", in_progress(&dir));
     next.close().await.expect("close");
-    assert_eq!(hidden(&dir), vec![".part-kept-0-0-w.inprogress"]);
+    assert_eq!(in_progress(&dir), vec![".part-kept-0-0-w.inprogress"]);
     let contents: Vec<String> = committed(&dir).into_values().collect();
     assert_eq!(contents, vec!["next\n"]);
     std::fs::remove_dir_all(&dir).expect("cleanup");
