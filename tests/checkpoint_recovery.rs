@@ -622,6 +622,103 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Issue 33: the `map-state` job's per-entry state (a map per key: a `get` and a `put` per
+/// record; or a list per key: an append per record) on either backend, checkpointing every 100 ms
+/// while it runs at parallelism 2: each key's entries and checksum equal the reference computed
+/// here from the records.
+fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Failed> {
+    let name = format!("map-state-{state}-{backend}");
+    let dir = scratch(&name);
+    let spec = ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers: 1,
+        slots: 2,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: Duration::from_secs(5),
+        job_file: None,
+        placement: None,
+        env: Vec::new(),
+        properties: Vec::new(),
+    };
+    let cluster = LocalCluster::start(&spec).unwrap();
+    let out = dir.join("out");
+    let storage = format!("file://{}", dir.join("storage").display());
+    let conf: BTreeMap<String, String> = [
+        ("execution.runtime-mode", "STREAMING"),
+        ("parallelism.default", "2"),
+        ("execution.checkpointing.interval", "100 ms"),
+        ("state.backend.type", backend),
+        ("floe.job-storage.url", storage.as_str()),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    let (keys, entries, records) = (37u64, 300u64, 60_000u64);
+    let args: Vec<String> = [
+        "--output",
+        out.to_str().unwrap(),
+        "--keys",
+        &keys.to_string(),
+        "--entries-per-key",
+        &entries.to_string(),
+        "--records",
+        &records.to_string(),
+        "--state",
+        state,
+    ]
+    .map(String::from)
+    .to_vec();
+    let id = submit_job(&cluster.rpc_address, "map-state", args, conf);
+    let end = ended_job(&cluster, &id, Duration::from_secs(180));
+    assert_eq!(end["state"], "FINISHED", "{end}");
+    let completed = get(&cluster, &format!("/jobs/{id}/checkpoints"))["counts"]["completed"]
+        .as_u64()
+        .unwrap_or(0);
+    // The reference: each key's entries (map: entry -> sum of its records; list: its records).
+    let mut expected: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut sums: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    for n in 0..records {
+        let key = n % keys;
+        if state == "list" {
+            let e = expected.entry(key).or_default();
+            e.0 += 1;
+            e.1 = e.1.wrapping_add(floe_datastream::map_state_entry_checksum(0, n));
+        } else {
+            let s = sums.entry((key, (n / keys) % entries)).or_default();
+            *s = s.wrapping_add(n);
+        }
+    }
+    for ((key, entry), sum) in sums {
+        let e = expected.entry(key).or_default();
+        e.0 += 1;
+        e.1 =
+            e.1.wrapping_add(floe_datastream::map_state_entry_checksum(entry, sum));
+    }
+    let mut got: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with("part-") {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let f: Vec<u64> = line.split('\t').map(|v| v.parse().unwrap()).collect();
+            if got.insert(f[0], (f[1], f[2])).is_some() {
+                return Err(format!("{name}: key {} written twice", f[0]).into());
+            }
+        }
+    }
+    if got != expected {
+        return Err(format!(
+            "{name}: {} keys differ from the reference",
+            expected.iter().filter(|(k, v)| got.get(k) != Some(v)).count()
+        )
+        .into());
+    }
+    eprintln!("{name}: {keys} keys as the reference; {completed} checkpoints completed during the run");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let moto = MotoServer::for_tests("checkpoint recovery on s3://", "floe-checkpoints");
@@ -660,6 +757,14 @@ fn main() {
             trials.push(Trial::test(
                 format!("{backend}_event_time_windows_{query}"),
                 move || windows_survive_a_kill(backend, query),
+            ));
+        }
+    }
+    for backend in ["hashmap", "rocksdb"] {
+        for state in ["map", "list"] {
+            trials.push(Trial::test(
+                format!("{backend}_map_state_job_{state}"),
+                move || map_state_matches_the_reference(backend, state),
             ));
         }
     }

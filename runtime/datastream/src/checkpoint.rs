@@ -12,6 +12,8 @@ use floe_state::{HashMapStateBackend, KeyedStateBackend, PreparedSnapshot};
 
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
+use crate::state::entries::{BackendEntries, EntryAccess, EntryStore};
+use crate::state::heap::HeapEntries;
 use crate::time::timers::{TimeDomain, Timers, decode_timer_entry, timer_entry_key};
 use crate::types::{KeyMap, RuntimeMode};
 
@@ -213,11 +215,13 @@ pub struct Checkpointing {
 
 /// A keyed operator's values.
 pub(crate) enum Keyed<K, V> {
-    /// Objects; `None` only for the instant a value is being combined.
+    /// Objects; `None` only for the instant a value is being combined. `entries`: the per-entry
+    /// states a process function declares ([`crate::state::entries`]).
     Heap {
         map: KeyMap<K, Option<V>>,
         key_groups: Range<u32>,
         max_parallelism: u32,
+        entries: HeapEntries<K>,
     },
     /// Bytes in a backend, per record; `last` holds the value just folded, handed out by reference
     /// like the heap's.
@@ -231,6 +235,8 @@ pub(crate) struct StoreTable {
     max_parallelism: u32,
     key: Vec<u8>,
     value: Vec<u8>,
+    /// A per-entry state's entry key.
+    entry: Vec<u8>,
     pub(crate) failure: Option<String>,
 }
 
@@ -248,27 +254,35 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                     max_parallelism,
                     key: Vec::new(),
                     value: Vec::new(),
+                    entry: Vec::new(),
                     failure: None,
                 },
                 last: None,
             }),
-            Some(KeyedStateInit::Heap(restored)) => {
+            Some(KeyedStateInit::Heap(mut restored)) => {
                 let mut map = KeyMap::default();
-                for (_, mut key, mut value) in restored.entries(KEYED_STATE) {
-                    let k = K::decode(&mut key).map_err(|e| restore_error("key", e))?;
-                    let v = V::decode(&mut value).map_err(|e| restore_error("value", e))?;
+                for (_, key, value) in restored.take(KEYED_STATE) {
+                    let k = K::decode(&mut key.as_slice()).map_err(|e| restore_error("key", e))?;
+                    let v = V::decode(&mut value.as_slice()).map_err(|e| restore_error("value", e))?;
                     map.insert(k, Some(v));
+                }
+                // Timers are the operator's (`restore_timers`); what is left is per-entry state,
+                // kept for the declarations that will take it.
+                for domain in [TimeDomain::EventTime, TimeDomain::ProcessingTime] {
+                    restored.take(domain.state_name());
                 }
                 Ok(Keyed::Heap {
                     map,
                     key_groups,
                     max_parallelism,
+                    entries: HeapEntries::new(restored),
                 })
             }
             None => Ok(Keyed::Heap {
                 map: KeyMap::default(),
                 key_groups,
                 max_parallelism,
+                entries: HeapEntries::new(HashMapStateBackend::default()),
             }),
         }
     }
@@ -307,35 +321,60 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                     map.insert(key, Some(state));
                 }
             }
-            Keyed::Store { table, .. } => table.update_keep(&key, |k, v| {
+            Keyed::Store { table, .. } => table.update_keep(&key, |k, v, _| {
                 g(k, v);
                 true
             }),
         }
     }
 
-    /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
-    /// Like `update`, but `g` says whether the key keeps any state: `false` removes the key's
-    /// entry (a window operator's key with no window left, a process function's cleared state).
-    pub(crate) fn update_keep(&mut self, key: &K, g: impl FnOnce(&K, &mut V) -> bool)
+    /// Like `update`, but `g` says whether the key keeps any state (`false` removes the key's
+    /// entry: a window operator's key with no window left, a process function's cleared state),
+    /// and gets the key's per-entry states too (a process function's context).
+    pub(crate) fn update_entries(&mut self, key: &K, g: impl FnOnce(&K, &mut V, EntryAccess<'_, K>) -> bool)
     where
         V: Default,
     {
         match self {
-            Keyed::Heap { map, .. } => match map.get_mut(key) {
-                Some(slot) => {
-                    if !g(key, slot.get_or_insert_with(V::default)) {
-                        map.remove(key);
+            Keyed::Heap { map, entries, .. } => {
+                let access = EntryAccess {
+                    key,
+                    store: EntryStore::Heap(entries),
+                };
+                // A key whose value is back to the default holds nothing: it goes (a function
+                // that keeps everything in per-entry state, a count back at zero), as if `g`
+                // had cleared it; its next access starts from the default again.
+                match map.get_mut(key) {
+                    Some(slot) => {
+                        let state = slot.get_or_insert_with(V::default);
+                        if !g(key, state, access) || state.data_eq(&V::default()) {
+                            map.remove(key);
+                        }
+                    }
+                    None => {
+                        let mut state = V::default();
+                        if g(key, &mut state, access) && !state.data_eq(&V::default()) {
+                            map.insert(key.clone(), Some(state));
+                        }
                     }
                 }
-                None => {
-                    let mut state = V::default();
-                    if g(key, &mut state) {
-                        map.insert(key.clone(), Some(state));
-                    }
-                }
-            },
+            }
             Keyed::Store { table, .. } => table.update_keep(key, g),
+        }
+    }
+
+    /// Drops everything of `key` (BATCH: a key's state goes after its last element, which only
+    /// the heap holds: BATCH jobs take no checkpoints, so they never get a byte-level backend).
+    pub(crate) fn remove_key(&mut self, key: &K)
+    where
+        V: Default,
+    {
+        match self {
+            Keyed::Heap { map, entries, .. } => {
+                map.remove(key);
+                entries.remove_key(key);
+            }
+            Keyed::Store { table, .. } => table.update_keep::<K, V>(key, |_, _, _| false),
         }
     }
 
@@ -361,8 +400,10 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                 map,
                 key_groups,
                 max_parallelism,
+                entries,
             } => {
                 let mut full = heap_snapshot(map, key_groups, *max_parallelism)?;
+                entries.write(&mut full, *max_parallelism)?;
                 write_timers(&mut full, timers, *max_parallelism)?;
                 full.prepare_snapshot(checkpoint).map_err(state_error)
             }
@@ -370,6 +411,7 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
         }
     }
 
+    /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
     pub(crate) fn heap_slot<Q>(&mut self, key: &Q) -> Option<&mut Option<V>>
     where
         K: std::borrow::Borrow<Q>,
@@ -384,7 +426,7 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
     pub(crate) fn failure(&mut self) -> Option<String> {
         match self {
             Keyed::Store { table, .. } => table.failure.take(),
-            Keyed::Heap { .. } => None,
+            Keyed::Heap { entries, .. } => entries.failure.take(),
         }
     }
 
@@ -396,9 +438,12 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                 map,
                 key_groups,
                 max_parallelism,
-            } => heap_snapshot(map, key_groups, *max_parallelism)?
-                .prepare_snapshot(checkpoint)
-                .map_err(state_error),
+                entries,
+            } => {
+                let mut full = heap_snapshot(map, key_groups, *max_parallelism)?;
+                entries.write(&mut full, *max_parallelism)?;
+                full.prepare_snapshot(checkpoint).map_err(state_error)
+            }
             Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
         }
     }
@@ -467,31 +512,63 @@ pub(crate) fn restore_timers<K: Data + Ord + Hash>(init: Option<&KeyedStateInit>
 }
 
 impl StoreTable {
-    fn update_keep<K: Data, V: Data + Default>(&mut self, key: &K, g: impl FnOnce(&K, &mut V) -> bool) {
+    /// Reads the key's value, runs `g` on it (with the key's per-entry states), and writes what
+    /// it leaves if that changed (`g` returns `false`: deletes it).
+    fn update_keep<K: Data, V: Data + Default>(
+        &mut self,
+        key: &K,
+        g: impl FnOnce(&K, &mut V, EntryAccess<'_, K>) -> bool,
+    ) {
         if self.failure.is_some() {
             return;
         }
         let kg = key_group_for_hash(key_hash(key, &mut self.key), self.max_parallelism);
-        let result = (|| -> Result<()> {
-            let mut state = match self
+        let read = (|| -> Result<(Option<Vec<u8>>, V)> {
+            let old = self
                 .backend
                 .get(KEYED_STATE, kg, &self.key)
-                .map_err(state_error)?
-            {
+                .map_err(state_error)?;
+            let state = match &old {
                 Some(bytes) => V::decode(&mut bytes.as_slice())?,
                 None => V::default(),
             };
-            if g(key, &mut state) {
-                self.value.clear();
-                state.encode(&mut self.value);
-                self.backend.put(KEYED_STATE, kg, &self.key, &self.value)
-            } else {
-                self.backend.delete(KEYED_STATE, kg, &self.key)
-            }
-            .map_err(state_error)
+            Ok((old, state))
         })();
+        let (old, mut state) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.failure = Some(e.to_string());
+                return;
+            }
+        };
+        let access = EntryAccess {
+            key,
+            store: EntryStore::Backend(BackendEntries {
+                backend: &mut *self.backend,
+                key_group: kg,
+                key: &self.key,
+                entry: &mut self.entry,
+                value: &mut self.value,
+                failure: &mut self.failure,
+            }),
+        };
+        // As on the heap: a value back to the default is deleted.
+        let result = if g(key, &mut state, access) && !state.data_eq(&V::default()) {
+            self.value.clear();
+            state.encode(&mut self.value);
+            // Unchanged (a read, or a function that keeps all in per-entry state): no write.
+            if old.as_deref() == Some(self.value.as_slice()) {
+                Ok(())
+            } else {
+                self.backend.put(KEYED_STATE, kg, &self.key, &self.value)
+            }
+        } else if old.is_some() {
+            self.backend.delete(KEYED_STATE, kg, &self.key)
+        } else {
+            Ok(())
+        };
         if let Err(e) = result {
-            self.failure = Some(e.to_string());
+            self.failure.get_or_insert_with(|| e.to_string());
         }
     }
 

@@ -357,6 +357,22 @@ impl<T: Data> Data for Vec<T> {
     }
 }
 
+/// No value: the state of a process function that keeps everything in per-entry state
+/// (descriptors), which then writes nothing per key.
+impl Data for () {
+    fn encode(&self, _: &mut Vec<u8>) {}
+    fn decode(_: &mut &[u8]) -> Result<Self> {
+        Ok(())
+    }
+    fn write_text(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"()");
+    }
+    fn stable_hash(&self, _: &mut StableHash) {}
+    fn data_eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
 impl<A: Data, B: Data> Data for (A, B) {
     fn encode(&self, out: &mut Vec<u8>) {
         self.0.encode(out);

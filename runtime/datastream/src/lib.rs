@@ -41,8 +41,9 @@ pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
 pub use error::{Error, Result};
 pub use graph::BuiltJob;
-pub use io::sink::SUPERSEDED_RUNS_KEY;
+pub use io::sink::{RUNS_LATEST_CHECKPOINT_KEY, SUPERSEDED_RUNS_KEY};
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word, location_url};
+pub use jobs::map_state::entry_checksum as map_state_entry_checksum;
 pub use jobs::{
     ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,
 };
@@ -59,6 +60,11 @@ pub use operators::window::{
 pub use operators::{
     BroadcastProcessFunction, Collector, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,
     KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction, TaggedUnion,
+};
+pub use state::entries::{
+    AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MAX_STATE_NAME_BYTES,
+    MapHandle, MapStateDescriptor, ReducingHandle, ReducingStateDescriptor, ValueHandle,
+    ValueStateDescriptor,
 };
 pub use state::{ListState, MapState, ValueState};
 pub use task::{BufferPools, Task, TaskContext, TaskMetrics};

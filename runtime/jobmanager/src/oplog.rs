@@ -473,6 +473,11 @@ pub async fn resume(
                 .configuration
                 .insert(floe_datastream::SUPERSEDED_RUNS_KEY.into(), runs);
         }
+        if let Some(runs) = runs_latest_checkpoint(&logged, &app.deployment) {
+            app.job
+                .configuration
+                .insert(floe_datastream::RUNS_LATEST_CHECKPOINT_KEY.into(), runs);
+        }
         // A job that cannot be built is refused before it reaches the log.
         let vertices = jm.check(&app.job)?;
         let id = JobManager::new_job_id();
@@ -517,6 +522,21 @@ fn superseded_runs(logged: &[LoggedJob], deployment: &str) -> Option<String> {
         .iter()
         .filter(|j| j.checkpoints.is_empty() && uid_of(&j.deployment) == Some(uid))
         .map(|j| j.id.as_str())
+        .collect();
+    (!runs.is_empty()).then(|| runs[runs.len().saturating_sub(64)..].join(","))
+}
+
+/// The latest checkpoint each earlier run of `deployment`'s FlinkJob completed, as
+/// `{run}:{checkpoint}`, newest run last and comma-separated (`None`: no run has one): a file sink
+/// that restores one of them removes what that run left in progress only if it is that run's
+/// latest (see `RUNS_LATEST_CHECKPOINT_KEY`). The last 64 runs: an older run's parts then stay
+/// (hidden garbage, never a loss).
+fn runs_latest_checkpoint(logged: &[LoggedJob], deployment: &str) -> Option<String> {
+    let uid = uid_of(deployment)?;
+    let runs: Vec<String> = logged
+        .iter()
+        .filter(|j| uid_of(&j.deployment) == Some(uid))
+        .filter_map(|j| Some(format!("{}:{}", j.id, j.checkpoints.iter().max()?)))
         .collect();
     (!runs.is_empty()).then(|| runs[runs.len().saturating_sub(64)..].join(","))
 }
@@ -891,6 +911,30 @@ mod tests {
         assert_eq!(superseded_runs(&logged, "uid3/1#x"), None);
         // Without a FlinkJob uid no run is known to be of the same job.
         assert_eq!(superseded_runs(&logged, "/1#x"), None);
+    }
+
+    /// Issue 31 (review): a new deployment names the latest checkpoint of each earlier run of its
+    /// FlinkJob that has one: its file sinks remove a restored run's in-progress parts only when
+    /// they restore that run's latest checkpoint.
+    #[test]
+    fn a_new_deployment_names_each_earlier_runs_latest_checkpoint() {
+        let events = vec![
+            submitted("killed-early", "uid1/1#x", BTreeMap::new()),
+            submitted("checkpointed", "uid1/2#x", BTreeMap::new()),
+            completed("checkpointed", 3),
+            completed("checkpointed", 9),
+            submitted("other-flinkjob", "uid2/1#x", BTreeMap::new()),
+            completed("other-flinkjob", 4),
+            submitted("resumed", "uid1/3#y", BTreeMap::new()),
+            completed("resumed", 12),
+        ];
+        let logged = jobs_of(&events);
+        assert_eq!(
+            runs_latest_checkpoint(&logged, "uid1/4#y").as_deref(),
+            Some("checkpointed:9,resumed:12")
+        );
+        assert_eq!(runs_latest_checkpoint(&logged, "uid3/1#x"), None);
+        assert_eq!(runs_latest_checkpoint(&logged, "/1#x"), None);
     }
 
     /// Issue item 8, end to end on a file system: a JobManager that appends 3,000 checkpoints keeps

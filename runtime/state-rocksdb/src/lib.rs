@@ -73,9 +73,37 @@ fn encode_key(out: &mut Vec<u8>, state: &str, key_group: u32, key: &[u8]) {
     out.extend_from_slice(key);
 }
 
+/// The merge operator of list state: a list value is its elements' [`floe_state::list`]
+/// encodings one after another, so a merge (an append, or several merged by a compaction)
+/// concatenates.
+fn concat_lists(_key: &[u8], existing: Option<&[u8]>, operands: &rocksdb::MergeOperands) -> Option<Vec<u8>> {
+    let size = existing.map_or(0, <[u8]>::len) + operands.iter().map(<[u8]>::len).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(existing.unwrap_or_default());
+    for op in operands.iter() {
+        out.extend_from_slice(op);
+    }
+    Some(out)
+}
+
+/// The key just after every key that starts with `prefix`, if there is one (a prefix of all
+/// 0xff bytes has none).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
 fn options() -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
+    // Every database opens with it: one that holds unmerged list appends cannot be read without.
+    opts.set_merge_operator_associative("floe-list-append", concat_lists);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
     // Flink's defaults keep RocksDB's background work small next to the task's own threads.
     opts.increase_parallelism(2);
@@ -278,6 +306,64 @@ impl KeyedStateBackend for RocksDbStateBackend {
             }
         }
         Ok(out)
+    }
+
+    fn scan_prefix(
+        &self,
+        state: &str,
+        key_group: u32,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut start = Vec::with_capacity(5 + state.len() + prefix.len());
+        encode_key(&mut start, state, key_group, prefix);
+        let mut read = rocksdb::ReadOptions::default();
+        if let Some(end) = prefix_end(&start) {
+            read.set_iterate_upper_bound(end);
+        }
+        let mut it = self.db.raw_iterator_opt(read);
+        it.seek(&start);
+        while it.valid() {
+            let (Some(key), Some(value)) = (it.key(), it.value()) else {
+                break;
+            };
+            if !key.starts_with(&start) || !f(&key[start.len()..], value) {
+                break;
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.error(e))
+    }
+
+    fn delete_prefix(&mut self, state: &str, key_group: u32, prefix: &[u8]) -> Result<()> {
+        // Key by key, as Flink's `MapState::clear` on RocksDB: a range tombstone per cleared key
+        // would slow every later read until compaction removes it.
+        let mut keys = Vec::new();
+        self.scan_prefix(state, key_group, prefix, &mut |rest: &[u8], _: &[u8]| {
+            keys.push(rest.to_vec());
+            true
+        })?;
+        let mut batch = WriteBatch::default();
+        let mut full = Vec::new();
+        for rest in keys {
+            encode_key(&mut full, state, key_group, prefix);
+            full.extend_from_slice(&rest);
+            batch.delete(&full);
+            if batch.size_in_bytes() >= COPY_BATCH_BYTES {
+                let b = std::mem::take(&mut batch);
+                self.db.write_opt(b, &self.write).map_err(|e| self.error(e))?;
+            }
+        }
+        self.db.write_opt(batch, &self.write).map_err(|e| self.error(e))
+    }
+
+    fn append(&mut self, state: &str, key_group: u32, key: &[u8], item: &[u8]) -> Result<()> {
+        let mut operand = Vec::with_capacity(4 + item.len());
+        floe_state::list::push(&mut operand, item);
+        self.db_key(state, key_group, key);
+        self.db
+            .merge_opt(&self.key, &operand, &self.write)
+            .map_err(|e| backend_error(&self.base, e))
     }
 
     fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
@@ -545,6 +631,108 @@ mod tests {
         let names = objects.list("chk-2/t0").await.unwrap();
         let current = names.iter().find(|n| n.starts_with("CURRENT")).unwrap();
         format!("chk-2/t0/{current}")
+    }
+
+    /// Issue 33: per-entry state. A map's entries are keys of their own (a prefix scan reads one
+    /// key's entries and no other key's, a prefix delete removes them), and a list grows by
+    /// merges without a read; both survive a checkpoint and a restore into two key-group ranges
+    /// (merge operands copied by the rescaling restore arrive merged).
+    #[tokio::test]
+    async fn map_entries_scan_by_prefix_and_list_appends_merge_across_a_rescaling_restore() {
+        let (objects, dir) = store("entries");
+        let mut db = RocksDbStateBackend::open(&dir.join("task-0"), 0..128).unwrap();
+        // Key "a" (in key group 3) and key "ab" (group 70): "a" is a byte prefix of "ab", as
+        // keys' raw bytes may be; the backend's keys carry self-delimiting encodings, here a
+        // length byte.
+        let (a, ab) = (b"\x01a".as_slice(), b"\x02ab".as_slice());
+        for i in 0..1_000u32 {
+            let mut entry = a.to_vec();
+            entry.extend_from_slice(&i.to_be_bytes());
+            db.put("map:m", 3, &entry, &i.to_le_bytes()).unwrap();
+            db.append("list:l", 3, a, &i.to_le_bytes()).unwrap();
+        }
+        let mut entry = ab.to_vec();
+        entry.extend_from_slice(&7u32.to_be_bytes());
+        db.put("map:m", 3, &entry, b"other key").unwrap();
+        db.append("list:l", 70, ab, b"x").unwrap();
+        let scan = |db: &RocksDbStateBackend, kg: u32, key: &[u8]| {
+            let mut seen = Vec::new();
+            db.scan_prefix("map:m", kg, key, &mut |rest: &[u8], v: &[u8]| {
+                seen.push((rest.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+            seen
+        };
+        let seen = scan(&db, 3, a);
+        assert_eq!(seen.len(), 1_000, "only key a's entries");
+        assert!(seen.iter().enumerate().all(|(i, (rest, v))| {
+            rest.as_slice() == (i as u32).to_be_bytes() && v.as_slice() == (i as u32).to_le_bytes()
+        }));
+        // Stopping early stops the scan.
+        let mut first = 0;
+        db.scan_prefix("map:m", 3, a, &mut |_: &[u8], _: &[u8]| {
+            first += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(first, 1);
+        let list = |db: &RocksDbStateBackend, kg: u32, key: &[u8]| {
+            let raw = db.get("list:l", kg, key).unwrap().unwrap_or_default();
+            floe_state::list::decode(&raw)
+                .unwrap()
+                .iter()
+                .map(|i| i.to_vec())
+                .collect::<Vec<_>>()
+        };
+        let expected: Vec<Vec<u8>> = (0..1_000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        assert_eq!(list(&db, 3, a), expected, "appends in order");
+
+        let snapshot = db
+            .prepare_snapshot(1)
+            .unwrap()
+            .upload(&target(&objects, 1, "t0"))
+            .await
+            .unwrap();
+        // Appended after the snapshot: not in it.
+        db.append("list:l", 3, a, b"late").unwrap();
+        drop(db);
+        // Another task's snapshot, for the restore of the high half to copy from (the largest
+        // snapshot is clipped, every other one copied key by key).
+        let mut other = RocksDbStateBackend::open(&dir.join("task-1"), 0..128).unwrap();
+        other.append("list:l", 100, b"\x01z", b"from task 1").unwrap();
+        let other_snapshot = other
+            .prepare_snapshot(1)
+            .unwrap()
+            .upload(&target(&objects, 1, "t1"))
+            .await
+            .unwrap();
+        drop(other);
+        let mut low =
+            RocksDbStateBackend::restore(&dir.join("low"), &objects, std::slice::from_ref(&snapshot), 0..64)
+                .await
+                .unwrap();
+        assert_eq!(scan(&low, 3, a).len(), 1_000);
+        assert_eq!(list(&low, 3, a), expected);
+        assert!(
+            low.get("list:l", 70, ab).unwrap().is_none(),
+            "key group 70 is not low's"
+        );
+        // Appends go on after the restore, and a prefix delete clears one key's map.
+        low.append("list:l", 3, a, b"after").unwrap();
+        assert_eq!(list(&low, 3, a).last().unwrap(), b"after");
+        low.delete_prefix("map:m", 3, a).unwrap();
+        assert!(scan(&low, 3, a).is_empty());
+        assert_eq!(scan(&low, 3, ab).len(), 1, "another key's entries stay");
+        let high =
+            RocksDbStateBackend::restore(&dir.join("high"), &objects, &[other_snapshot, snapshot], 64..128)
+                .await
+                .unwrap();
+        assert_eq!(list(&high, 70, ab), vec![b"x".to_vec()]);
+        assert_eq!(list(&high, 100, b"\x01z"), vec![b"from task 1".to_vec()]);
+        assert!(high.get("list:l", 3, a).unwrap().is_none());
+        drop((low, high));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn part_snapshot(object: &str) -> TaskSnapshot {

@@ -56,6 +56,22 @@ pub trait KeyedStateBackend: Send {
     /// Every entry of `state` in the backend's key groups: (key group, key, value), in key group
     /// order. For state read whole when a task starts (timers), not for per-record access.
     fn entries(&self, state: &str) -> Result<Vec<Entry>>;
+    /// Calls `f` with (the rest of the key after `prefix`, value) for every entry of `state` in
+    /// `key_group` whose key starts with `prefix`, in key byte order, until `f` returns `false`:
+    /// per-entry state (a map's entries under one key) without reading any other key.
+    fn scan_prefix(
+        &self,
+        state: &str,
+        key_group: u32,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
+    /// Deletes every entry of `state` in `key_group` whose key starts with `prefix`.
+    fn delete_prefix(&mut self, state: &str, key_group: u32, prefix: &[u8]) -> Result<()>;
+    /// Appends `item` to the list at `key` (the [`list`] encoding) without reading it: a list
+    /// element's cost does not grow with the list (RocksDB's merge operator, as Flink's
+    /// `ListState::add`).
+    fn append(&mut self, state: &str, key_group: u32, key: &[u8], item: &[u8]) -> Result<()>;
     /// The synchronous part of a snapshot (fixes its content; processing goes on once it returns).
     fn prepare_snapshot(&mut self, checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>>;
 }
@@ -127,6 +143,31 @@ impl HashMapStateBackend {
             .iter()
             .filter(move |((s, _), _)| s == state)
             .flat_map(|((_, kg), t)| t.iter().map(move |(k, v)| (*kg, k.as_slice(), v.as_slice())))
+    }
+
+    /// Every entry: (state name, key group, key, value).
+    pub fn all_entries(&self) -> impl Iterator<Item = (&str, u32, &[u8], &[u8])> + '_ {
+        self.tables.iter().flat_map(|((s, kg), t)| {
+            t.iter()
+                .map(move |(k, v)| (s.as_str(), *kg, k.as_slice(), v.as_slice()))
+        })
+    }
+
+    /// Removes and returns every entry of `state`: (key group, key, value).
+    pub fn take(&mut self, state: &str) -> Vec<Entry> {
+        let groups: Vec<(String, u32)> = self.tables.keys().filter(|(s, _)| s == state).cloned().collect();
+        let mut out = Vec::new();
+        for g in groups {
+            if let Some(t) = self.tables.remove(&g) {
+                out.extend(t.into_iter().map(|(k, v)| (g.1, k, v)));
+            }
+        }
+        out
+    }
+
+    /// The names of the states held.
+    pub fn state_names(&self) -> std::collections::BTreeSet<&str> {
+        self.tables.keys().map(|(s, _)| s.as_str()).collect()
     }
 
     pub fn len(&self) -> usize {
@@ -214,6 +255,45 @@ impl KeyedStateBackend for HashMapStateBackend {
         Ok(HashMapStateBackend::entries(self, state)
             .map(|(kg, k, v)| (kg, k.to_vec(), v.to_vec()))
             .collect())
+    }
+
+    fn scan_prefix(
+        &self,
+        state: &str,
+        key_group: u32,
+        prefix: &[u8],
+        f: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        // The snapshot format, not the heap operators' store: a scan of the table is enough.
+        let Some(t) = self.tables.get(&(state.to_string(), key_group)) else {
+            return Ok(());
+        };
+        let mut hits: Vec<(&Vec<u8>, &Vec<u8>)> = t.iter().filter(|(k, _)| k.starts_with(prefix)).collect();
+        hits.sort();
+        for (k, v) in hits {
+            if !f(&k[prefix.len()..], v) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_prefix(&mut self, state: &str, key_group: u32, prefix: &[u8]) -> Result<()> {
+        if let Some(t) = self.tables.get_mut(&(state.to_string(), key_group)) {
+            t.retain(|k, _| !k.starts_with(prefix));
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, state: &str, key_group: u32, key: &[u8], item: &[u8]) -> Result<()> {
+        let value = self
+            .tables
+            .entry((state.to_string(), key_group))
+            .or_default()
+            .entry(key.to_vec())
+            .or_default();
+        list::push(value, item);
+        Ok(())
     }
 
     fn prepare_snapshot(&mut self, _checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {

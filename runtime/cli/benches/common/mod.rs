@@ -156,3 +156,13 @@ pub fn job_seconds(out: &str, wall: f64) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(wall)
 }
+
+/// `$CARGO_TARGET_DIR/bench-data/{name}` (the workspace's `target` without it), created.
+pub fn bench_data(name: &str) -> std::path::PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let dir = target.join("bench-data").join(name);
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    dir
+}

@@ -159,6 +159,15 @@ pub trait SinkIo: Send {
 /// keeps its in-progress parts: a later restore of that checkpoint commits its pending ones.)
 pub const SUPERSEDED_RUNS_KEY: &str = "floe.internal.superseded-runs";
 
+/// Configuration key: the latest checkpoint each earlier run of the job's lineage completed, as
+/// `{run}:{checkpoint}` pairs, comma-separated, which the JobManager sets on a new deployment
+/// from its operation log. A sink that restores another run's checkpoint removes what that run
+/// left in progress only when the checkpoint is that run's latest: a newer one may list parts of
+/// that run as pending, and a later restore of it must find them to commit. (Flink's FileSink
+/// never removes another attempt's in-progress files; Floe removes them once nothing can commit
+/// them.)
+pub const RUNS_LATEST_CHECKPOINT_KEY: &str = "floe.internal.runs-latest-checkpoint";
+
 /// What a checkpointing file sink records per checkpoint: the parts written up to the barrier
 /// (pending commit), by name, and the number of the next part.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -197,6 +206,9 @@ pub(crate) struct FileSinkIo {
     /// Earlier runs of the job's lineage without a checkpoint ([`SUPERSEDED_RUNS_KEY`]): their
     /// in-progress parts go at this sink's end.
     superseded: Vec<String>,
+    /// The latest checkpoint of each earlier run of the job's lineage
+    /// ([`RUNS_LATEST_CHECKPOINT_KEY`]).
+    runs_latest: BTreeMap<String, u64>,
     conf: BTreeMap<String, String>,
     subtask: u32,
     attempt: u64,
@@ -251,6 +263,27 @@ fn committed_part_number(name: &str, lineage: &str) -> Option<u64> {
     n.parse().ok()
 }
 
+/// `{run}:{checkpoint},...` ([`RUNS_LATEST_CHECKPOINT_KEY`]); a malformed pair is skipped (its
+/// run's in-progress parts then stay: garbage, never a loss) with a warning.
+fn parse_runs_latest(runs: &str) -> BTreeMap<String, u64> {
+    runs.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .filter_map(|pair| {
+            let parsed = pair
+                .rsplit_once(':')
+                .and_then(|(run, c)| Some((run.to_string(), c.parse().ok()?)));
+            if parsed.is_none() {
+                tracing::warn!(
+                    pair,
+                    "{RUNS_LATEST_CHECKPOINT_KEY}: expected {{run}}:{{checkpoint}}"
+                );
+            }
+            parsed
+        })
+        .collect()
+}
+
 impl FileSinkIo {
     pub(crate) fn new(url: String, ctx: &crate::operators::OpContext) -> Self {
         let restore = ctx.restore.as_ref().map(|r| {
@@ -282,6 +315,11 @@ impl FileSinkIo {
                         .collect()
                 })
                 .unwrap_or_default(),
+            runs_latest: ctx
+                .configuration
+                .get(RUNS_LATEST_CHECKPOINT_KEY)
+                .map(|runs| parse_runs_latest(runs))
+                .unwrap_or_default(),
             conf: ctx.configuration.clone(),
             subtask: ctx.subtask,
             attempt: ctx.attempt,
@@ -312,6 +350,14 @@ impl FileSinkIo {
     fn is_own(&self, lineage: &str) -> bool {
         let prefix = self.run_prefix();
         !prefix.is_empty() && lineage.starts_with(&prefix)
+    }
+
+    /// Another run's `lineage` restored from `checkpoint`, that run's latest: nothing restorable
+    /// lists a part of it pending beyond what this restore commits.
+    fn restores_latest_of(&self, lineage: &str, checkpoint: u64) -> bool {
+        self.runs_latest
+            .iter()
+            .any(|(run, latest)| lineage.starts_with(&format!("{run}-")) && checkpoint >= *latest)
     }
 
     fn dir(loc: &Location) -> String {
@@ -368,7 +414,7 @@ impl FileSinkIo {
             // A subtask a rescale from checkpoint `c` added: a lineage of its own; parts in it are
             // from an earlier attempt after that same checkpoint.
             Some((c, states)) if states.is_empty() => taken.push((format!("{own}c{c}"), 0)),
-            Some((_, states)) => {
+            Some((c, states)) => {
                 for st in states {
                     pending.extend(st.pending);
                     match st.lineage {
@@ -381,10 +427,16 @@ impl FileSinkIo {
                             taken.push((lineage, st.next_part));
                         }
                         // Another run's (a redeploy from its checkpoint or savepoint): its
-                        // committed parts are its own; what it left in progress after the
-                        // restored point is never committed, and goes at this sink's end.
+                        // committed parts are its own. What it left in progress after the
+                        // restored checkpoint goes at this sink's end only if that checkpoint is
+                        // the run's latest; else a newer checkpoint of it may list a part as
+                        // pending, for a later restore of it to commit. (What the state took
+                        // over carries no part any later checkpoint lists: that run numbered
+                        // only in its own lineage.)
                         Some(lineage) => {
-                            inherited.push(lineage);
+                            if self.restores_latest_of(&lineage, c) {
+                                inherited.push(lineage);
+                            }
                             inherited.extend(st.taken_over);
                         }
                         None => inherited.extend(st.taken_over),

@@ -350,10 +350,10 @@ async fn later_runs_never_remove_what_earlier_runs_committed() {
     // Run 1's attempt that was still writing after the savepoint when it was killed.
     std::fs::write(dir.join(".part-run1-0-9-killed.inprogress"), "never committed\n").expect("write");
     // Run 3 from run 1's savepoint: its parts go into a lineage of run 3; run 1's parts stay.
-    let mut third = Box::new(FileSinkIo::new(
-        url.clone(),
-        &sink_context_in("run3", 0, restore(1, vec![savepoint.clone()])),
-    ));
+    let mut ctx = sink_context_in("run3", 0, restore(1, vec![savepoint.clone()]));
+    ctx.configuration
+        .insert(crate::RUNS_LATEST_CHECKPOINT_KEY.into(), "run1:2,run2:1".into());
+    let mut third = Box::new(FileSinkIo::new(url.clone(), &ctx));
     third.write(Bytes::from_static(b"run3 x\n")).await.expect("write");
     let own = third.pre_commit(2).await.expect("pre-commit").expect("state");
     third.commit(2).await.expect("commit");
@@ -375,9 +375,9 @@ async fn later_runs_never_remove_what_earlier_runs_committed() {
         contents,
         vec!["run1 a\n", "run1 b\n", "run1 c\n", "run2\n", "run3 x\n"]
     );
-    // What the restored lineage left in progress is never committed: gone at run 3's end.
-    let hidden = in_progress(&dir);
-    assert!(hidden.is_empty(), "{hidden:?}");
+    // Run 1's checkpoint 2 is newer than the savepoint: what run 1 left in progress may be
+    // pending in it, so it stays (see the next test).
+    assert_eq!(in_progress(&dir), vec![".part-run1-0-9-killed.inprogress"]);
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
 
@@ -404,11 +404,14 @@ async fn a_failover_after_a_redeploy_still_removes_what_the_earlier_run_left_in_
         .expect("write");
     // Killed: no drop runs.
     std::mem::forget(first);
-    // Run 2 restores run 1's checkpoint (last-state), checkpoints, and its attempt fails.
-    let mut second = Box::new(FileSinkIo::new(
-        url.clone(),
-        &sink_context_in("run2", 0, restore(1, vec![latest])),
-    ));
+    // Run 2 restores run 1's latest checkpoint (last-state), checkpoints, and its attempt fails.
+    let run2 = |restore| {
+        let mut ctx = sink_context_in("run2", 0, restore);
+        ctx.configuration
+            .insert(crate::RUNS_LATEST_CHECKPOINT_KEY.into(), "run1:1".into());
+        ctx
+    };
+    let mut second = Box::new(FileSinkIo::new(url.clone(), &run2(restore(1, vec![latest]))));
     second
         .write(Bytes::from_static(b"run2 covered\n"))
         .await
@@ -423,14 +426,63 @@ async fn a_failover_after_a_redeploy_still_removes_what_the_earlier_run_left_in_
         in_progress(&dir)
     );
     // Run 2's failover to its checkpoint 2 runs to its end.
-    let again = Box::new(FileSinkIo::new(
-        url.clone(),
-        &sink_context_in("run2", 0, restore(2, vec![own])),
-    ));
+    let again = Box::new(FileSinkIo::new(url.clone(), &run2(restore(2, vec![own]))));
     again.close().await.expect("close");
     let mut contents: Vec<String> = committed(&dir).into_values().collect();
     contents.sort();
     assert_eq!(contents, vec!["run1 covered\n", "run2 covered\n"]);
+    assert!(in_progress(&dir).is_empty(), "{:?}", in_progress(&dir));
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// Issue 31 (review): a run restored from an older savepoint of run 1 must not remove the parts
+/// run 1's newer checkpoint lists as pending (run 1 was killed before that checkpoint's commit
+/// reached its sink): a later restore of that checkpoint commits them. Once a run restores run
+/// 1's latest checkpoint, what run 1 left in progress is garbage, and goes at that run's end.
+#[tokio::test]
+async fn a_restore_of_an_older_savepoint_keeps_the_parts_a_newer_checkpoint_has_pending() {
+    let dir = std::env::temp_dir().join(format!("floe-sink-older-savepoint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let url = dir.to_string_lossy().into_owned();
+    let ctx = |run: &str, restore, latest: &str| {
+        let mut ctx = sink_context_in(run, 0, restore);
+        ctx.configuration
+            .insert(crate::RUNS_LATEST_CHECKPOINT_KEY.into(), latest.into());
+        ctx
+    };
+    // Run 1: savepoint 1 (committed), then checkpoint 2 completes but run 1 is killed before
+    // its commit reaches the sink: "run1 b" is pending in checkpoint 2, in progress.
+    let mut first = Box::new(FileSinkIo::new(url.clone(), &sink_context_in("run1", 0, None)));
+    first.write(Bytes::from_static(b"run1 a\n")).await.expect("write");
+    let savepoint = first.pre_commit(1).await.expect("pre-commit").expect("state");
+    first.commit(1).await.expect("commit");
+    first.write(Bytes::from_static(b"run1 b\n")).await.expect("write");
+    let newer = first.pre_commit(2).await.expect("pre-commit").expect("state");
+    std::mem::forget(first);
+    // Run 2 from the older savepoint runs to its end.
+    let mut second = Box::new(FileSinkIo::new(
+        url.clone(),
+        &ctx("run2", restore(1, vec![savepoint]), "run1:2"),
+    ));
+    second.write(Bytes::from_static(b"run2\n")).await.expect("write");
+    second.pre_commit(3).await.expect("pre-commit");
+    second.commit(3).await.expect("commit");
+    second.close().await.expect("close");
+    assert!(
+        in_progress(&dir).iter().any(|n| n.starts_with(".part-run1-0-1-")),
+        "run 1's part pending in its checkpoint 2 was removed: {:?}",
+        in_progress(&dir)
+    );
+    // Run 3 restores run 1's checkpoint 2, its latest: the pending part is committed.
+    let third = Box::new(FileSinkIo::new(
+        url.clone(),
+        &ctx("run3", restore(2, vec![newer]), "run1:2,run2:3"),
+    ));
+    third.close().await.expect("close");
+    let mut contents: Vec<String> = committed(&dir).into_values().collect();
+    contents.sort();
+    assert_eq!(contents, vec!["run1 a\n", "run1 b\n", "run2\n"]);
     assert!(in_progress(&dir).is_empty(), "{:?}", in_progress(&dir));
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }

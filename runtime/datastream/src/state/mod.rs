@@ -1,10 +1,16 @@
-//! Typed per-key state for keyed `process` functions (Flink's `ValueState`, `ListState`,
-//! `MapState`). Each is [`Data`], so a process function's state can be one of them or a tuple of
-//! several, and it is checkpointed with the job like any other keyed state.
+//! Typed per-key state for keyed `process` functions. The facades here (`ValueState`,
+//! `ListState`, `MapState`) are [`Data`], so a process function's `type State` can be one of them
+//! or a tuple of several: the whole value is read and written at every access (on RocksDB, decoded
+//! and encoded whole), which suits small state. Per-entry state declared with descriptors
+//! ([`entries`]: Flink's `MapStateDescriptor` and friends) costs one entry per access, whatever
+//! the size of a key's map or list.
 
 use std::collections::BTreeMap;
 
 use crate::data::Data;
+
+pub mod entries;
+pub(crate) mod heap;
 use crate::error::{Error, Result};
 
 /// One value per key, absent until set (Flink's `ValueState`).

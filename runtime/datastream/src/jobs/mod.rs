@@ -10,6 +10,8 @@ use crate::graph::BuiltJob;
 pub use crate::job_spec::{ArgKind, ArgSpec, JobArgValues, JobSpec};
 use crate::operators::Collector;
 
+pub(crate) mod map_state;
+
 const WORDCOUNT: JobSpec = JobSpec {
     description: "Flink's WordCount example: lines `word TAB count`",
     args: &[
@@ -120,13 +122,14 @@ impl JobRegistry {
         Self::default()
     }
 
-    /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state`, `nexmark` and
-    /// `broadcast-rules`.
+    /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state`, `map-state`,
+    /// `nexmark` and `broadcast-rules`.
     pub fn builtin() -> Self {
         let mut r = Self::new();
         r.register_declared("wordcount", WORDCOUNT, wordcount);
         r.register_declared("pipeline", PIPELINE, pipeline);
         r.register_declared("keyed-state", KEYED_STATE, keyed_state);
+        r.register_declared("map-state", map_state::MAP_STATE, map_state::map_state);
         r.register_declared("nexmark", crate::nexmark::NEXMARK, crate::nexmark::nexmark_job);
         r.register_declared(
             "broadcast-rules",
