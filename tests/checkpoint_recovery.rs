@@ -13,6 +13,8 @@
 //! through the same kill. `three_taskmanager_kills_*`: a longer run loses three TaskManagers one
 //! after the other under the default restart strategy of a checkpointing job (exponential-delay);
 //! `a_taskmanager_sigterm_costs_one_restart`: a TaskManager stopped with SIGTERM is one failure.
+//! `*_map_state_job_*` (issue 33): the `map-state` job's per-entry map and list state on either
+//! backend, checkpointing while it runs, ends with each key's entries and checksum as computed here.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -32,6 +34,23 @@ const SEED: u64 = 42;
 const RECORDS: u64 = 30_000;
 /// Lines per second: the job runs about 6 s, so several checkpoints complete before it ends.
 const RATE: u64 = 5_000;
+
+/// A local cluster in `dir/work` of `taskmanagers` TaskManagers with 2 slots each, declared lost
+/// after 2 s without a heartbeat.
+fn cluster_of(dir: &Path, taskmanagers: u32) -> LocalCluster {
+    let spec = ClusterSpec {
+        exe: FLOE.into(),
+        taskmanagers,
+        slots: 2,
+        work_dir: dir.join("work"),
+        heartbeat_timeout: Duration::from_secs(2),
+        job_file: None,
+        placement: None,
+        env: Vec::new(),
+        properties: Vec::new(),
+    };
+    LocalCluster::start(&spec).unwrap()
+}
 
 fn get(cluster: &LocalCluster, path: &str) -> Value {
     let (status, body) = http("GET", &cluster.rest_address, path);
@@ -74,18 +93,7 @@ fn recover(
         if s3.is_some() { "s3" } else { "file" }
     );
     let dir = scratch(&name);
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers: if fault == Fault::Kill { 3 } else { 1 },
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    };
-    let cluster = LocalCluster::start(&spec).unwrap();
+    let cluster = cluster_of(&dir, if fault == Fault::Kill { 3 } else { 1 });
     let out = dir.join("out");
     let mut conf: BTreeMap<String, String> = s3.map(MotoServer::conf).unwrap_or_default();
     conf.extend(
@@ -220,18 +228,7 @@ const NEXMARK_RATE: u64 = 35_000;
 fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
     let name = format!("nexmark-{query}-{backend}");
     let dir = scratch(&name);
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers: 3,
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    };
-    let cluster = LocalCluster::start(&spec).unwrap();
+    let cluster = cluster_of(&dir, 3);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let conf: BTreeMap<String, String> = [
@@ -416,18 +413,7 @@ fn pipeline_job(
     records: u64,
     extra: &[(&str, &str)],
 ) -> (LocalCluster, std::path::PathBuf, String) {
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers,
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    };
-    let cluster = LocalCluster::start(&spec).unwrap();
+    let cluster = cluster_of(dir, taskmanagers);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let mut conf: BTreeMap<String, String> = [
@@ -629,18 +615,7 @@ impl Drop for KillOnDrop {
 fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Failed> {
     let name = format!("map-state-{state}-{backend}");
     let dir = scratch(&name);
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers: 1,
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(5),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    };
-    let cluster = LocalCluster::start(&spec).unwrap();
+    let cluster = cluster_of(&dir, 1);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let conf: BTreeMap<String, String> = [

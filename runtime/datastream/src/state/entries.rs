@@ -323,113 +323,106 @@ impl<'c, 'a, K: Data + Hash + Eq, UK: Data, UV: Data> MapHandle<'c, 'a, K, UK, U
         }
     }
 
-    /// The value of `user_key`, if any.
-    pub fn get(&mut self, user_key: &UK) -> Option<UV> {
+    /// Heap mode: `f` on the state's table with the key and `user_key`'s encoding (`Some(None)`:
+    /// the table could not be had, a failure is recorded). `None` in backend mode.
+    fn heap_entry<R>(
+        &mut self,
+        user_key: &UK,
+        f: impl FnOnce(&mut MapTable<K, UK, UV>, &K, &[u8]) -> R,
+    ) -> Option<Option<R>> {
         let key = self.access.key;
-        match &mut self.access.store {
-            EntryStore::Heap(heap) => {
-                let HeapEntries {
-                    tables,
-                    scratch,
-                    failure,
-                } = &mut **heap;
-                scratch.clear();
-                user_key.encode(scratch);
-                match tables.table::<MapTable<K, UK, UV>>(self.name) {
-                    Ok(t) => t.map.get(key).and_then(|m| m.get(scratch.as_slice())).cloned(),
-                    Err(e) => {
-                        failure.get_or_insert_with(|| e.to_string());
-                        None
-                    }
-                }
+        let EntryStore::Heap(heap) = &mut self.access.store else {
+            return None;
+        };
+        let HeapEntries {
+            tables,
+            scratch,
+            failure,
+        } = &mut **heap;
+        scratch.clear();
+        user_key.encode(scratch);
+        Some(match tables.table::<MapTable<K, UK, UV>>(self.name) {
+            Ok(t) => Some(f(t, key, scratch)),
+            Err(e) => {
+                failure.get_or_insert_with(|| e.to_string());
+                None
             }
+        })
+    }
+
+    /// Backend mode: the backend at `user_key`'s entry.
+    fn backend_entry(&mut self, user_key: &UK) -> Option<&mut BackendEntries<'a>> {
+        match &mut self.access.store {
             EntryStore::Backend(b) => {
                 b.at(Some(user_key));
-                b.get(self.name)
+                Some(b)
+            }
+            EntryStore::Heap(_) => None,
+        }
+    }
+
+    /// The value of `user_key`, if any.
+    pub fn get(&mut self, user_key: &UK) -> Option<UV> {
+        let found = self.heap_entry(user_key, |t, key, uk| {
+            t.map.get(key).and_then(|m| m.get(uk)).cloned()
+        });
+        match found {
+            Some(found) => found.flatten(),
+            None => {
+                let name = self.name;
+                self.backend_entry(user_key).and_then(|b| b.get(name))
             }
         }
     }
 
     pub fn contains(&mut self, user_key: &UK) -> bool {
-        let key = self.access.key;
-        match &mut self.access.store {
-            EntryStore::Heap(heap) => {
-                let HeapEntries {
-                    tables,
-                    scratch,
-                    failure,
-                } = &mut **heap;
-                scratch.clear();
-                user_key.encode(scratch);
-                match tables.table::<MapTable<K, UK, UV>>(self.name) {
-                    Ok(t) => t.map.get(key).is_some_and(|m| m.contains_key(scratch.as_slice())),
-                    Err(e) => {
-                        failure.get_or_insert_with(|| e.to_string());
-                        false
-                    }
-                }
-            }
-            EntryStore::Backend(b) => {
-                b.at(Some(user_key));
-                b.contains(self.name)
+        let found = self.heap_entry(user_key, |t, key, uk| {
+            t.map.get(key).is_some_and(|m| m.contains_key(uk))
+        });
+        match found {
+            Some(found) => found.unwrap_or(false),
+            None => {
+                let name = self.name;
+                self.backend_entry(user_key).is_some_and(|b| b.contains(name))
             }
         }
     }
 
     /// Sets the value of `user_key`.
     pub fn put(&mut self, user_key: UK, value: UV) {
-        let key = self.access.key;
-        match &mut self.access.store {
-            EntryStore::Heap(heap) => {
-                let mut encoded = Vec::new();
-                user_key.encode(&mut encoded);
-                match heap.tables.table::<MapTable<K, UK, UV>>(self.name) {
-                    Ok(t) => match t.map.get_mut(key) {
-                        Some(m) => {
-                            m.insert(encoded, value);
-                        }
-                        None => {
-                            t.map.insert(key.clone(), [(encoded, value)].into());
-                        }
-                    },
-                    Err(e) => EntryAccess::<K>::fail_heap(heap, e),
+        let mut value = Some(value);
+        let stored = self.heap_entry(&user_key, |t, key, uk| {
+            let Some(value) = value.take() else { return };
+            match t.map.get_mut(key) {
+                Some(m) => {
+                    m.insert(uk.to_vec(), value);
+                }
+                None => {
+                    t.map.insert(key.clone(), [(uk.to_vec(), value)].into());
                 }
             }
-            EntryStore::Backend(b) => {
-                b.at(Some(&user_key));
-                b.put(self.name, &value);
+        });
+        if stored.is_none() {
+            let name = self.name;
+            if let (Some(b), Some(value)) = (self.backend_entry(&user_key), value) {
+                b.put(name, &value);
             }
         }
     }
 
     pub fn remove(&mut self, user_key: &UK) {
-        let key = self.access.key;
-        match &mut self.access.store {
-            EntryStore::Heap(heap) => {
-                let HeapEntries {
-                    tables,
-                    scratch,
-                    failure,
-                } = &mut **heap;
-                scratch.clear();
-                user_key.encode(scratch);
-                match tables.table::<MapTable<K, UK, UV>>(self.name) {
-                    Ok(t) => {
-                        if let Some(m) = t.map.get_mut(key) {
-                            m.remove(scratch.as_slice());
-                            if m.is_empty() {
-                                t.map.remove(key);
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        failure.get_or_insert_with(|| e.to_string());
-                    }
+        let removed = self.heap_entry(user_key, |t, key, uk| {
+            if let Some(m) = t.map.get_mut(key) {
+                m.remove(uk);
+                if m.is_empty() {
+                    t.map.remove(key);
                 }
             }
-            EntryStore::Backend(b) => {
-                b.at(Some(user_key));
-                b.delete(self.name);
+        });
+        if removed.is_none() {
+            let name = self.name;
+            if let Some(b) = self.backend_entry(user_key) {
+                b.delete(name);
             }
         }
     }
