@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe::local_cluster::LocalCluster;
 use floe_storage::testing::MotoServer;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
@@ -34,23 +34,6 @@ const SEED: u64 = 42;
 const RECORDS: u64 = 30_000;
 /// Lines per second: the job runs about 6 s, so several checkpoints complete before it ends.
 const RATE: u64 = 5_000;
-
-/// A local cluster in `dir/work` of `taskmanagers` TaskManagers with 2 slots each, declared lost
-/// after 2 s without a heartbeat.
-fn cluster_of(dir: &Path, taskmanagers: u32) -> LocalCluster {
-    let spec = ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers,
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    };
-    LocalCluster::start(&spec).unwrap()
-}
 
 fn get(cluster: &LocalCluster, path: &str) -> Value {
     let (status, body) = http("GET", &cluster.rest_address, path);
@@ -93,7 +76,7 @@ fn recover(
         if s3.is_some() { "s3" } else { "file" }
     );
     let dir = scratch(&name);
-    let cluster = cluster_of(&dir, if fault == Fault::Kill { 3 } else { 1 });
+    let cluster = cluster_in(&dir, if fault == Fault::Kill { 3 } else { 1 }, 2);
     let out = dir.join("out");
     let mut conf: BTreeMap<String, String> = s3.map(MotoServer::conf).unwrap_or_default();
     conf.extend(
@@ -228,7 +211,7 @@ const NEXMARK_RATE: u64 = 35_000;
 fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
     let name = format!("nexmark-{query}-{backend}");
     let dir = scratch(&name);
-    let cluster = cluster_of(&dir, 3);
+    let cluster = cluster_in(&dir, 3, 2);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let conf: BTreeMap<String, String> = [
@@ -413,7 +396,7 @@ fn pipeline_job(
     records: u64,
     extra: &[(&str, &str)],
 ) -> (LocalCluster, std::path::PathBuf, String) {
-    let cluster = cluster_of(dir, taskmanagers);
+    let cluster = cluster_in(dir, taskmanagers, 2);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let mut conf: BTreeMap<String, String> = [
@@ -615,7 +598,7 @@ impl Drop for KillOnDrop {
 fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Failed> {
     let name = format!("map-state-{state}-{backend}");
     let dir = scratch(&name);
-    let cluster = cluster_of(&dir, 1);
+    let cluster = cluster_in(&dir, 1, 2);
     let out = dir.join("out");
     let storage = format!("file://{}", dir.join("storage").display());
     let conf: BTreeMap<String, String> = [

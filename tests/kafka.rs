@@ -42,24 +42,9 @@ use std::time::Duration;
 
 use common::kafka::{Broker, broker_or_skip};
 use common::*;
-use floe::local_cluster::{ClusterSpec, LocalCluster};
+use floe::local_cluster::LocalCluster;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
-
-fn cluster(dir: &Path, taskmanagers: u32) -> LocalCluster {
-    LocalCluster::start(&ClusterSpec {
-        exe: FLOE.into(),
-        taskmanagers,
-        slots: 2,
-        work_dir: dir.join("work"),
-        heartbeat_timeout: Duration::from_secs(2),
-        job_file: None,
-        placement: None,
-        env: Vec::new(),
-        properties: Vec::new(),
-    })
-    .unwrap()
-}
 
 fn streaming_conf(dir: &Path, restart_attempts: Option<u32>) -> BTreeMap<String, String> {
     let mut conf: BTreeMap<String, String> = [
@@ -219,7 +204,7 @@ fn wordcount_to_files_exactly_once_across_a_taskmanager_kill(
     dir: &Path,
 ) -> Result<(), Failed> {
     broker.create_topic("words", 2);
-    let cluster = cluster(dir, 3);
+    let cluster = cluster_in(dir, 3, 2);
     let out = dir.join("out");
     let id = submit_job(
         &cluster.rpc_address,
@@ -279,7 +264,7 @@ fn wordcount_to_files_exactly_once_across_a_taskmanager_kill(
 fn keyed_count_topic_to_topic_exactly_once_across_a_kill(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("clicks", 2);
     broker.create_topic("click-counts", 2);
-    let cluster = cluster(dir, 3);
+    let cluster = cluster_in(dir, 3, 2);
     let id = submit_job(
         &cluster.rpc_address,
         "kafka-keyed-count",
@@ -419,7 +404,7 @@ fn files_to_kafka_with_each_guarantee(broker: &Broker, dir: &Path) -> Result<(),
     for guarantee in ["exactly-once", "at-least-once"] {
         let topic = format!("from-files-{guarantee}");
         broker.create_topic(&topic, 2);
-        let cluster = cluster(dir, 1);
+        let cluster = cluster_in(dir, 1, 2);
         let id = submit_job(
             &cluster.rpc_address,
             "files-to-kafka",
@@ -554,7 +539,7 @@ fn restoring_an_older_savepoint_writes_everything_it_replays(
                 .collect(),
         )
     };
-    let cluster = cluster(dir, 2);
+    let cluster = cluster_in(dir, 2, 2);
     let job_args = args(&[
         ("bootstrap-servers", &broker.bootstrap),
         ("topic", "visits"),
@@ -676,7 +661,7 @@ fn restoring_an_older_savepoint_writes_everything_it_replays(
 
 fn new_topics_matching_the_pattern_are_read(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("events-a", 2);
-    let cluster = cluster(dir, 1);
+    let cluster = cluster_in(dir, 1, 2);
     let out = dir.join("out");
     let _id = submit_job(
         &cluster.rpc_address,
@@ -730,7 +715,7 @@ fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result
     broker.produce("start", &batch("before", 100));
     let out1 = dir.join("out1");
     {
-        let cluster = cluster(dir, 1);
+        let cluster = cluster_in(dir, 1, 2);
         let id = submit_job(
             &cluster.rpc_address,
             "kafka-to-files",
@@ -765,7 +750,7 @@ fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result
     }
     broker.produce("start", &batch("later", 30));
     let out2 = dir.join("out2");
-    let cluster = cluster(dir, 1);
+    let cluster = cluster_in(dir, 1, 2);
     let _id = submit_job(
         &cluster.rpc_address,
         "kafka-to-files",
@@ -803,7 +788,7 @@ fn starting_offsets_latest_then_committed(broker: &Broker, dir: &Path) -> Result
 /// storage is back, the next completed checkpoint commits the output and the offsets to 200.
 fn group_offsets_wait_for_the_checkpoint_to_complete(broker: &Broker, dir: &Path) -> Result<(), Failed> {
     broker.create_topic("held", 2);
-    let cluster = cluster(dir, 1);
+    let cluster = cluster_in(dir, 1, 2);
     let out = dir.join("out");
     let id = submit_job(
         &cluster.rpc_address,
@@ -930,7 +915,7 @@ fn quiet_partitions_and_subtasks_do_not_stop_event_time(broker: &Broker, dir: &P
         .collect();
     assert!(reference.len() > 50, "{} windows", reference.len());
 
-    let cluster = cluster(dir, 3);
+    let cluster = cluster_in(dir, 3, 2);
     let submit = |name: &str, topic: &str, idle: &str| {
         let out = dir.join(name);
         let id = submit_job(
@@ -999,7 +984,7 @@ fn quiet_partitions_and_subtasks_do_not_stop_event_time(broker: &Broker, dir: &P
 }
 
 fn failing_job(broker_servers: &str, dir: &Path, extra: &[(&str, &str)]) -> (Value, Vec<String>) {
-    let cluster = cluster(dir, 1);
+    let cluster = cluster_in(dir, 1, 2);
     let out = dir.join("out");
     let mut pairs = vec![
         ("bootstrap-servers", broker_servers),

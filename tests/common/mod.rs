@@ -371,6 +371,11 @@ pub fn local_cluster(
     slots: u32,
 ) -> (floe::local_cluster::LocalCluster, PathBuf) {
     let dir = scratch(name);
+    (cluster_in(&dir, taskmanagers, slots), dir)
+}
+
+/// A local cluster of `taskmanagers` x `slots` (2 s heartbeat timeout) working in `dir/work`.
+pub fn cluster_in(dir: &Path, taskmanagers: u32, slots: u32) -> floe::local_cluster::LocalCluster {
     let spec = floe::local_cluster::ClusterSpec {
         exe: FLOE.into(),
         taskmanagers,
@@ -382,7 +387,7 @@ pub fn local_cluster(
         env: Vec::new(),
         properties: Vec::new(),
     };
-    (floe::local_cluster::LocalCluster::start(&spec).unwrap(), dir)
+    floe::local_cluster::LocalCluster::start(&spec).unwrap()
 }
 
 /// The example's binary, built once per test run into this build's target directory (so it shares

@@ -517,11 +517,23 @@ pub async fn resume(
 /// `SUPERSEDED_RUNS_KEY`). The last 64 of them: a run that reached its end or a stop removed
 /// those before it.
 fn superseded_runs(logged: &[LoggedJob], deployment: &str) -> Option<String> {
+    last_runs(logged, deployment, |j| {
+        j.checkpoints.is_empty().then(|| j.id.clone())
+    })
+}
+
+/// What `describe` says of each earlier run of `deployment`'s FlinkJob (its uid; none without
+/// one), oldest first: the last 64 of them, comma-separated (`None`: nothing to say).
+fn last_runs(
+    logged: &[LoggedJob],
+    deployment: &str,
+    describe: impl Fn(&LoggedJob) -> Option<String>,
+) -> Option<String> {
     let uid = uid_of(deployment)?;
-    let runs: Vec<&str> = logged
+    let runs: Vec<String> = logged
         .iter()
-        .filter(|j| j.checkpoints.is_empty() && uid_of(&j.deployment) == Some(uid))
-        .map(|j| j.id.as_str())
+        .filter(|j| uid_of(&j.deployment) == Some(uid))
+        .filter_map(describe)
         .collect();
     (!runs.is_empty()).then(|| runs[runs.len().saturating_sub(64)..].join(","))
 }
@@ -532,13 +544,9 @@ fn superseded_runs(logged: &[LoggedJob], deployment: &str) -> Option<String> {
 /// latest (see `RUNS_LATEST_CHECKPOINT_KEY`). The last 64 runs: an older run's parts then stay
 /// (hidden garbage, never a loss).
 fn runs_latest_checkpoint(logged: &[LoggedJob], deployment: &str) -> Option<String> {
-    let uid = uid_of(deployment)?;
-    let runs: Vec<String> = logged
-        .iter()
-        .filter(|j| uid_of(&j.deployment) == Some(uid))
-        .filter_map(|j| Some(format!("{}:{}", j.id, j.checkpoints.iter().max()?)))
-        .collect();
-    (!runs.is_empty()).then(|| runs[runs.len().saturating_sub(64)..].join(","))
+    last_runs(logged, deployment, |j| {
+        Some(format!("{}:{}", j.id, j.checkpoints.iter().max()?))
+    })
 }
 
 /// What a `last-state` deployment starts from: the latest readable checkpoint the log vouches
