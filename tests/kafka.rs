@@ -1028,12 +1028,11 @@ fn bad_input_record_that_does_not_deserialize(broker: &Broker, dir: &Path) -> Re
     let good: Vec<(Option<String>, String)> = (0..50).map(|i| (None, format!("line {i}"))).collect();
     broker.produce("dirty", &good);
     let producer = broker.producer();
-    use rdkafka::producer::Producer;
     producer
         .send(rdkafka::producer::BaseRecord::<(), [u8]>::to("dirty").payload(&b"bad \xff byte"[..]))
         .map_err(|(e, _)| e)
         .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
+    common::kafka::flush_all(&producer);
     let (job, lines) = failing_job(&broker.bootstrap, dir, &[("topic", "dirty"), ("bounded", "true")]);
     let cause = failure(&job);
     if job["state"] != "FAILED"

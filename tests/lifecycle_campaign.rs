@@ -56,7 +56,7 @@ use common::*;
 use floe::local_cluster::{ClusterSpec, LocalCluster};
 use floe::verify::Rng;
 use libtest_mimic::{Arguments, Failed, Trial};
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::BaseRecord;
 use serde_json::Value;
 
 const SEED: u64 = 7_000;
@@ -135,7 +135,7 @@ fn produce(broker: &Broker, topic: &str, done: &AtomicBool) {
         producer.poll(Duration::ZERO);
         std::thread::sleep(Duration::from_millis(50));
     }
-    producer.flush(Duration::from_secs(120)).unwrap();
+    common::kafka::flush_all(&producer);
     done.store(true, Ordering::SeqCst);
 }
 

@@ -4,8 +4,9 @@
 //! list, the WordCount's dataflow graph with its vertices and edges, every subtask FINISHED,
 //! regions and slot sharing on demand, the pipeline's live rates and checkpoint history, a savepoint
 //! and a cancel from the UI's buttons, and no console error. Screenshots go to
-//! `target/tmp/web-ui/`. `.ci/setup` installs the browser; `FLOE_REQUIRE_BROWSER=1` (CI) makes
-//! its absence a failure rather than a skip.
+//! `target/tmp/web-ui/`. `.ci/setup` installs the browser; where it is missing the test is
+//! reported ignored (SKIPPED, never passed), and `FLOE_REQUIRE_BROWSER=1` (CI) makes its absence a
+//! failure.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
+use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::json;
 
 /// What the browser needs: Chromium, its driver and Selenium; `None` when all are there.
@@ -45,16 +47,25 @@ fn conf(pairs: &[(&str, &str)], storage: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn the_web_ui_shows_jobs_in_a_real_browser_and_cancels_one() {
-    if let Some(missing) = missing_browser() {
+fn main() {
+    let args = Arguments::from_args();
+    let missing = missing_browser();
+    if let Some(missing) = &missing {
         assert!(
             std::env::var("FLOE_REQUIRE_BROWSER").as_deref() != Ok("1"),
             "FLOE_REQUIRE_BROWSER=1 but missing: {missing} (.ci/setup installs them)"
         );
         eprintln!("SKIPPED: no browser ({missing} missing; .ci/setup installs them)");
-        return;
     }
+    let trial = Trial::test(
+        "the_web_ui_shows_jobs_in_a_real_browser_and_cancels_one",
+        the_web_ui_shows_jobs_in_a_real_browser_and_cancels_one,
+    )
+    .with_ignored_flag(missing.is_some());
+    libtest_mimic::run(&args, vec![trial]).exit();
+}
+
+fn the_web_ui_shows_jobs_in_a_real_browser_and_cancels_one() -> Result<(), Failed> {
     let (cluster, dir) = local_cluster("web-ui", 2, 2);
     let rest = cluster.rest_address.clone();
 
@@ -163,6 +174,7 @@ fn the_web_ui_shows_jobs_in_a_real_browser_and_cancels_one() {
     }
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// Where the screenshots are kept (a test artifact).

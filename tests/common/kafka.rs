@@ -43,6 +43,25 @@ pub fn broker_or_skip(what: &str) -> Option<PathBuf> {
     }
 }
 
+/// Waits until the broker has acknowledged every record `producer` sent, for as long as
+/// acknowledgements keep coming (a loaded machine makes the broker slow, not stuck: 20,000
+/// one-record batches to the debug-built broker can take more than any fixed wait); fails after
+/// 30 s without one.
+pub fn flush_all(producer: &BaseProducer) {
+    let mut in_flight = producer.in_flight_count();
+    let mut progress = Instant::now();
+    while producer.flush(Duration::from_secs(1)).is_err() {
+        let now = producer.in_flight_count();
+        if now < in_flight {
+            (in_flight, progress) = (now, Instant::now());
+        }
+        assert!(
+            progress.elapsed() < Duration::from_secs(30),
+            "the broker acknowledged none of {now} records in flight for 30 s"
+        );
+    }
+}
+
 /// A broker process on a free loopback port; killed when dropped.
 pub struct Broker {
     child: Option<Child>,
@@ -167,7 +186,7 @@ impl Broker {
                 }
             }
         }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        flush_all(&producer);
     }
 
     /// Sends keyed records with the given timestamps (ms) to one partition, waiting until the
@@ -189,7 +208,7 @@ impl Broker {
                 }
             }
         }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        flush_all(&producer);
     }
 
     /// The offset consumer group `group` committed on partition 0 of `topic`, if any.

@@ -238,6 +238,8 @@ pub(crate) struct StoreTable {
     /// A per-entry state's entry key.
     entry: Vec<u8>,
     pub(crate) failure: Option<String>,
+    /// The per-entry states checked for a switched time to live.
+    declared: std::collections::HashSet<String>,
 }
 
 impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
@@ -256,6 +258,7 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                     value: Vec::new(),
                     entry: Vec::new(),
                     failure: None,
+                    declared: Default::default(),
                 },
                 last: None,
             }),
@@ -550,6 +553,7 @@ impl StoreTable {
                 entry: &mut self.entry,
                 value: &mut self.value,
                 failure: &mut self.failure,
+                declared: &mut self.declared,
             }),
         };
         // As on the heap: a value back to the default is deleted.

@@ -66,6 +66,7 @@ pub use state::entries::{
     MapHandle, MapStateDescriptor, ReducingHandle, ReducingStateDescriptor, ValueHandle,
     ValueStateDescriptor,
 };
+pub use state::ttl::{StateTtlConfig, StateTtlConfigBuilder, StateVisibility, UpdateType};
 pub use state::{ListState, MapState, ValueState};
 pub use task::{BufferPools, Task, TaskContext, TaskMetrics};
 pub use time::timers::TimeDomain;

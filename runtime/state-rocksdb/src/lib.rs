@@ -99,11 +99,34 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The compaction filter of states with a time to live ([`floe_state::ttl`]): a value of such a
+/// state whose every part expired is dropped when a compaction meets it. The key says whether the
+/// state has a time to live (`key group | name length | name | ...`) and the value when it
+/// expires, so the filter needs nothing from the job.
+fn drop_expired(_level: u32, key: &[u8], value: &[u8]) -> rocksdb::CompactionDecision {
+    let name = key.get(4).and_then(|&len| key.get(5..5 + usize::from(len)));
+    let expired = name
+        .and_then(floe_state::ttl::layout)
+        .is_some_and(|layout| floe_state::ttl::all_expired(layout, value, now_ms()));
+    if expired {
+        rocksdb::CompactionDecision::Remove
+    } else {
+        rocksdb::CompactionDecision::Keep
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis().min(i64::MAX as u128) as i64)
+}
+
 fn options() -> Options {
     let mut opts = Options::default();
     opts.create_if_missing(true);
     // Every database opens with it: one that holds unmerged list appends cannot be read without.
     opts.set_merge_operator_associative("floe-list-append", concat_lists);
+    opts.set_compaction_filter("floe-ttl", drop_expired);
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
     // Flink's defaults keep RocksDB's background work small next to the task's own threads.
     opts.increase_parallelism(2);
@@ -631,6 +654,56 @@ mod tests {
         let names = objects.list("chk-2/t0").await.unwrap();
         let current = names.iter().find(|n| n.starts_with("CURRENT")).unwrap();
         format!("chk-2/t0/{current}")
+    }
+
+    /// Issue 33, state TTL: a compaction drops a value of a state with a time to live once it
+    /// expired (a value, a map entry, a list whose every element expired), and keeps live ones,
+    /// partly live lists and every value of states without a time to live, whatever their bytes.
+    #[test]
+    fn compaction_drops_what_expired_in_states_with_a_time_to_live() {
+        let dir = std::env::temp_dir().join(format!("floe-rocksdb-ttl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut db = RocksDbStateBackend::open(&dir, 0..128).unwrap();
+        let now = now_ms();
+        let at = |t: i64, v: &[u8]| [&t.to_le_bytes()[..], v].concat();
+        let (past, future) = (now - 60_000, now + 3_600_000);
+        db.put("value+ttl:v", 1, b"\x01a", &at(past, b"old")).unwrap();
+        db.put("value+ttl:v", 1, b"\x01b", &at(future, b"new")).unwrap();
+        db.put("map+ttl:m", 2, b"\x01a\x01x", &at(past, b"old")).unwrap();
+        db.put("map+ttl:m", 2, b"\x01a\x01y", &at(future, b"new"))
+            .unwrap();
+        // A list written whole (an update; merged appends become such a value in compactions).
+        let (e1, e2) = (at(past, b"e"), at(past, b"e"));
+        db.put(
+            "list+ttl:l",
+            3,
+            b"\x01a",
+            &floe_state::list::encode([e1.as_slice(), e2.as_slice()]),
+        )
+        .unwrap();
+        for t in [past, future] {
+            db.append("list+ttl:l", 3, b"\x01b", &at(t, b"e")).unwrap();
+        }
+        // The same expired bytes in states without a time to live stay.
+        db.put("value:v", 1, b"\x01a", &at(past, b"old")).unwrap();
+        db.put("count", 1, b"\x01a", &at(past, b"old")).unwrap();
+        db.db.flush().unwrap();
+        db.compact();
+        let has = |state: &str, kg: u32, key: &[u8]| db.get(state, kg, key).unwrap().is_some();
+        assert!(!has("value+ttl:v", 1, b"\x01a"), "an expired value goes");
+        assert!(has("value+ttl:v", 1, b"\x01b"), "a live one stays");
+        assert!(!has("map+ttl:m", 2, b"\x01a\x01x"));
+        assert!(has("map+ttl:m", 2, b"\x01a\x01y"));
+        assert!(!has("list+ttl:l", 3, b"\x01a"), "every element expired");
+        let partly = db.get("list+ttl:l", 3, b"\x01b").unwrap().unwrap();
+        assert_eq!(
+            floe_state::list::decode(&partly).unwrap().len(),
+            2,
+            "a partly live list stays whole"
+        );
+        assert!(has("value:v", 1, b"\x01a") && has("count", 1, b"\x01a"));
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Issue 33: per-entry state. A map's entries are keys of their own (a prefix scan reads one

@@ -350,6 +350,50 @@ pub mod list {
     }
 }
 
+/// The stored layout of per-entry state with a time to live, shared by the engine that writes it
+/// and the RocksDB compaction filter that drops what expired: such a state's name is
+/// `{kind}+ttl:{name}`, and each of its values (a list's each element) starts with the time it
+/// expires (milliseconds since the epoch, 8 bytes little-endian). A filter needs no registry of
+/// the job's states: the name and the value say it all.
+pub mod ttl {
+    /// The kind suffix of a state with a time to live.
+    pub const KIND_SUFFIX: &str = "+ttl";
+
+    /// How a state's values expire: `None` for a state without a time to live.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Layout {
+        /// One expiring value per entry (value, reducing, aggregating state; a map's entries).
+        Value,
+        /// A list of expiring elements.
+        List,
+    }
+
+    pub fn layout(state: &[u8]) -> Option<Layout> {
+        let colon = state.iter().position(|&b| b == b':')?;
+        let kind = state[..colon].strip_suffix(KIND_SUFFIX.as_bytes())?;
+        Some(if kind == b"list" {
+            Layout::List
+        } else {
+            Layout::Value
+        })
+    }
+
+    /// When a stored value expires.
+    pub fn expires(value: &[u8]) -> Option<i64> {
+        Some(i64::from_le_bytes(value.get(..8)?.try_into().ok()?))
+    }
+
+    /// Whether a stored value of a state with `layout` holds nothing live at `now`: a value
+    /// that expired, a list whose every element did (a value that does not parse is kept).
+    pub fn all_expired(layout: Layout, value: &[u8], now: i64) -> bool {
+        match layout {
+            Layout::Value => expires(value).is_some_and(|t| t <= now),
+            Layout::List => super::list::decode(value)
+                .is_some_and(|items| items.iter().all(|item| expires(item).is_some_and(|t| t <= now))),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -435,5 +479,23 @@ mod tests {
             .to_string();
         assert!(e.contains("chk-1/task-1") && e.contains("truncated"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ttl_layout_comes_from_the_state_name_and_expiry_from_the_value() {
+        use ttl::{Layout, all_expired, layout};
+        assert_eq!(layout(b"list+ttl:events"), Some(Layout::List));
+        assert_eq!(layout(b"map+ttl:visits"), Some(Layout::Value));
+        assert_eq!(layout(b"value+ttl:a:b"), Some(Layout::Value));
+        assert_eq!(layout(b"list:events"), None, "no time to live");
+        assert_eq!(layout(b"count"), None);
+        let at = |t: i64, v: &[u8]| [&t.to_le_bytes()[..], v].concat();
+        assert!(all_expired(Layout::Value, &at(100, b"x"), 100));
+        assert!(!all_expired(Layout::Value, &at(101, b"x"), 100));
+        let (old, new) = (at(50, b"a"), at(150, b"b"));
+        let both = list::encode([old.as_slice(), new.as_slice()]);
+        assert!(!all_expired(Layout::List, &both, 100), "one element is live");
+        assert!(all_expired(Layout::List, &both, 150));
+        assert!(!all_expired(Layout::Value, b"short", 1 << 40), "unparsable: kept");
     }
 }

@@ -238,7 +238,7 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedConnectedStreams<A, B, K>
             key,
             key_ref: None,
         };
-        let factory = tagged.keyed_process_factory(f);
+        let factory = tagged.keyed_process_factory(f, false);
         two_input_node::<A, B, O>(
             &self.first.stream,
             self.first.hash_input(self.first.stream.node),

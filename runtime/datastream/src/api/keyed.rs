@@ -173,7 +173,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
         O: Data,
         F: KeyedProcessFunction<K, T, O>,
     {
-        let factory = self.keyed_process_factory(Arc::new(f));
+        let factory = self.keyed_process_factory(Arc::new(f), false);
         let input = self.hash_input(self.stream.node);
         self.stream
             .add_operator("process", "KeyedProcess", Par::Default, input, factory)
@@ -181,7 +181,9 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 
     /// The operator of a keyed process function: the timer-aware keyed operator in STREAMING, its
     /// sorted one-key-at-a-time form in BATCH. Marks the job timed.
-    pub(crate) fn keyed_process_factory<O, F>(&self, f: Arc<F>) -> OpFactory
+    /// `window`: the function is a window operator, whose processing time ends with the input
+    /// (see `KeyedProcessOperator::ending_processing_time`).
+    pub(crate) fn keyed_process_factory<O, F>(&self, f: Arc<F>, window: bool) -> OpFactory
     where
         O: Data,
         F: KeyedProcessFunction<K, T, O>,
@@ -201,6 +203,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
             )
             .with_metrics(ctx.metrics.clone())
             .with_side_outputs(ctx.take_side_outputs());
+            let op = if window { op.ending_processing_time() } else { op };
             Ok(if batch {
                 erase::<T>(Box::new(SortedKeyedProcess::new(op)))
             } else {

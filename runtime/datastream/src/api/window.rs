@@ -195,7 +195,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
             late: self.late.clone(),
             _types: PhantomData,
         });
-        let factory = self.keyed.keyed_process_factory(window);
+        let factory = self.keyed.keyed_process_factory(window, true);
         let input = self.keyed.hash_input(self.keyed.stream.node);
         let parallelism = if self.all { Par::Fixed(1) } else { Par::Default };
         self.keyed

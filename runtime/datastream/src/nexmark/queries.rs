@@ -18,6 +18,8 @@ use crate::operators::window::{
     TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowContext,
 };
 use crate::operators::{Collector, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction};
+use crate::state::entries::{ListStateDescriptor, ValueStateDescriptor};
+use crate::state::ttl::StateTtlConfig;
 use crate::state::{MapState, ValueState};
 use crate::time::WatermarkStrategy;
 
@@ -54,23 +56,44 @@ fn auctions(events: &DataStream<Event>) -> DataStream<Auction> {
 type PersonRow = (String, (String, String));
 
 /// q3, the inner join of auctions and persons on `A.seller = P.id` (a regular join: both sides
-/// are kept, as Flink keeps them without a state TTL). Person ids are unique, so a key holds at
-/// most one person, and the auctions that came before it.
-struct SellerJoin;
+/// are kept, as Flink keeps them, for ever or, with `--state-ttl-ms`, as Flink's
+/// `table.exec.state.ttl` does: a side not written for that long is dropped). Person ids are
+/// unique, so a key holds at most one person, and the auctions that came before it.
+struct SellerJoin {
+    person: ValueStateDescriptor<PersonRow>,
+    waiting: ListStateDescriptor<u64>,
+}
+
+impl SellerJoin {
+    fn new(ttl: Option<Duration>) -> Self {
+        let (mut person, mut waiting) = (
+            ValueStateDescriptor::new("person"),
+            ListStateDescriptor::new("waiting"),
+        );
+        if let Some(ttl) = ttl {
+            let ttl = StateTtlConfig::new_builder(ttl).build();
+            person = person.enable_time_to_live(ttl);
+            waiting = waiting.enable_time_to_live(ttl);
+        }
+        SellerJoin { person, waiting }
+    }
+}
+
 impl KeyedCoProcessFunction<u64, Person, Auction, (PersonRow, u64)> for SellerJoin {
-    type State = (ValueState<PersonRow>, Vec<u64>);
+    type State = ();
     fn process_element1(
         &self,
         p: Person,
         ctx: &mut KeyedContext<'_, u64, Self::State>,
         out: &mut dyn Collector<(PersonRow, u64)>,
     ) {
-        let (person, waiting) = ctx.state();
         let row = (p.name, (p.city, p.state));
-        for auction in waiting.drain(..) {
+        let mut waiting = ctx.list_state(&self.waiting);
+        for auction in waiting.get() {
             out.collect((row.clone(), auction));
         }
-        person.update(row);
+        waiting.clear();
+        ctx.value_state(&self.person).update(row);
     }
     fn process_element2(
         &self,
@@ -78,10 +101,9 @@ impl KeyedCoProcessFunction<u64, Person, Auction, (PersonRow, u64)> for SellerJo
         ctx: &mut KeyedContext<'_, u64, Self::State>,
         out: &mut dyn Collector<(PersonRow, u64)>,
     ) {
-        let (person, waiting) = ctx.state();
-        match person.value() {
-            Some(row) => out.collect((row.clone(), a.id)),
-            None => waiting.push(a.id),
+        match ctx.value_state(&self.person).value() {
+            Some(row) => out.collect((row, a.id)),
+            None => ctx.list_state(&self.waiting).add(a.id),
         }
     }
 }
@@ -353,9 +375,16 @@ fn latency_query(events: DataStream<Event>, query: &str, output: &str, warmup: D
     Ok(())
 }
 
+/// What a query takes beyond its events: the size of q12's processing-time windows
+/// (`--window-ms`), the time to live of q3's join state (`--state-ttl-ms`).
+struct QueryOptions {
+    q12_window: Duration,
+    state_ttl: Option<Duration>,
+}
+
 /// Builds query `query` over `events`, writing to `output`.
-/// `q12_window`: the size of q12's processing-time windows.
-fn query(events: DataStream<Event>, query: &str, output: &str, q12_window: Duration) -> Result<()> {
+fn query(events: DataStream<Event>, query: &str, output: &str, options: &QueryOptions) -> Result<()> {
+    let q12_window = options.q12_window;
     let secs = Duration::from_secs;
     match query {
         "export" => {
@@ -379,7 +408,7 @@ fn query(events: DataStream<Event>, query: &str, output: &str, q12_window: Durat
                 .filter(|p: &Person| matches!(p.state.as_str(), "OR" | "ID" | "CA"))
                 .connect(&auctions)
                 .key_by(|p: &Person| p.id, |a: &Auction| a.seller)
-                .process(SellerJoin)
+                .process(SellerJoin::new(options.state_ttl))
                 .name("q3")
                 .sink_to_file(output);
         }
@@ -525,6 +554,7 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             "latency-output",
             "latency-warmup-s",
             "window-ms",
+            "state-ttl-ms",
         ],
         &["query"],
     )?;
@@ -582,8 +612,11 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             latency_query(events, &a["query"], url, warmup)?
         }
         (None, Some(output)) => {
-            let q12_window = Duration::from_millis(number("window-ms")?.unwrap_or(10_000));
-            query(events, &a["query"], output, q12_window)?
+            let options = QueryOptions {
+                q12_window: Duration::from_millis(number("window-ms")?.unwrap_or(10_000)),
+                state_ttl: number("state-ttl-ms")?.map(Duration::from_millis),
+            };
+            query(events, &a["query"], output, &options)?
         }
         (None, None) => {
             return Err(Error::argument(

@@ -15,10 +15,8 @@ use crate::state::entries::{
     AggregatingHandle, AggregatingStateDescriptor, EntryAccess, ListHandle, ListStateDescriptor, MapHandle,
     MapStateDescriptor, ReducingHandle, ReducingStateDescriptor, ValueHandle, ValueStateDescriptor,
 };
-#[cfg(test)]
-use crate::time::MAX_WATERMARK;
 use crate::time::timers::{TimeDomain, Timers};
-use crate::time::{MIN_WATERMARK, TaskTime, TimeEvent};
+use crate::time::{MAX_WATERMARK, MIN_WATERMARK, TaskTime, TimeEvent};
 use crate::types::TaskMetrics;
 
 /// A function over a keyed stream with per-key state and timers (Flink's `KeyedProcessFunction`).
@@ -220,6 +218,12 @@ pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>
     pub metrics: Arc<TaskMetrics>,
     /// The side outputs something reads.
     pub side: SideOutputs,
+    /// Windows: processing time ends with the input (see [`Self::ending_processing_time`]).
+    pub processing_time_ends: bool,
+    /// Timers registered now are dropped: the timer service is quiesced while the end of input
+    /// fires what is pending (as Flink's at a key's end in BATCH), so a callback that registers
+    /// the next timer cannot loop for ever.
+    pub quiesced: bool,
     pub _in: PhantomData<fn(T)>,
 }
 
@@ -250,8 +254,22 @@ where
             failure: None,
             metrics: Arc::default(),
             side: SideOutputs::default(),
+            processing_time_ends: false,
+            quiesced: false,
             _in: PhantomData,
         }
+    }
+
+    /// Processing time ends with the input, as event time does: when the MAX watermark comes
+    /// (every input ended, or a stop with drain), every pending processing-time timer fires, so a
+    /// bounded job's last processing-time windows are emitted, and before the final checkpoint's
+    /// (or the drain's savepoint's) barrier, which then covers them. Flink drops them (its timer
+    /// service is quiesced at the end of a STREAMING task); nothing can reach such a window after
+    /// the end, so firing it then gives what waiting for its end would. Only windows: a process
+    /// function's processing-time timer may be a timeout, which the end of input must not fake.
+    pub(crate) fn ending_processing_time(mut self) -> Self {
+        self.processing_time_ends = true;
+        self
     }
 
     /// Emits side outputs to these writers.
@@ -304,6 +322,10 @@ where
             !ctx.cleared
         });
         for (domain, ts, register) in self.changes.drain(..) {
+            if register && self.quiesced {
+                tracing::debug!(ts, ?domain, "a timer registered at the end of input is dropped");
+                continue;
+            }
             let changed = if register {
                 self.timers.register(domain, key.clone(), ts)
             } else {
@@ -325,6 +347,14 @@ where
                 f.on_timer(ts, ctx, out)
             });
         }
+    }
+
+    /// Fires every pending timer of `domain` in time order, as if its time had come, with the
+    /// timer service quiesced (what the callbacks register is dropped).
+    fn fire_to_the_end(&mut self, domain: TimeDomain) {
+        self.quiesced = true;
+        self.fire(domain, i64::MAX);
+        self.quiesced = false;
     }
 }
 
@@ -357,6 +387,9 @@ where
             TimeEvent::Watermark(w) => {
                 self.watermark = w;
                 self.fire(TimeDomain::EventTime, w);
+                if w == MAX_WATERMARK && self.processing_time_ends {
+                    self.fire_to_the_end(TimeDomain::ProcessingTime);
+                }
             }
             TimeEvent::ProcessingTime(now) => self.fire(TimeDomain::ProcessingTime, now),
             TimeEvent::Idle | TimeEvent::Active => {}
@@ -366,8 +399,9 @@ where
     }
 
     fn finish(&mut self) {
-        // Processing-time timers do not fire at end of input (Flink's behaviour): only event
-        // time ends, with the MAX watermark that came before this.
+        // A process function's processing-time timers do not fire at end of input (Flink's
+        // behaviour); event time ended with the MAX watermark that came before this, and a
+        // window's processing time with it (see `ending_processing_time`).
         self.side.finish();
         self.down.finish()
     }
@@ -397,8 +431,10 @@ where
 /// BATCH keyed operators: the input is kept, sorted by key and then timestamp at the end, and
 /// processed one key at a time with fresh state; after a key's last element its event-time timers
 /// fire (event time ends with the input) and its state is dropped, so state never holds more than
-/// one key. Processing-time timers do not fire. Watermarks before the end are not passed on: the
-/// output comes at the end, and a downstream operator must not see it as late.
+/// one key. Then its processing-time timers fire, as in Flink's BATCH (so processing-time windows
+/// give what they would in STREAMING); what timer callbacks register there is dropped. Watermarks
+/// before the end are not passed on: the output comes at the end, and a downstream operator must
+/// not see it as late.
 pub(crate) struct SortedKeyedProcess<T, K, O, F: KeyedProcessFunction<K, T, O>> {
     inner: KeyedProcessOperator<T, K, O, F>,
     records: Vec<(K, i64, T)>,
@@ -440,15 +476,11 @@ where
             if records.peek().is_some_and(|next| next.0 == key) {
                 continue;
             }
-            // The key's last element: its event time ends, then its state and timers go.
+            // The key's last element: its event time ends, then its processing time, then its
+            // state goes.
             self.inner.watermark = i64::MAX;
             self.inner.fire(TimeDomain::EventTime, i64::MAX);
-            while self
-                .inner
-                .timers
-                .pop_due(TimeDomain::ProcessingTime, i64::MAX)
-                .is_some()
-            {}
+            self.inner.fire_to_the_end(TimeDomain::ProcessingTime);
             self.inner.state.remove_key(&key);
         }
     }

@@ -159,6 +159,66 @@ fn processing_time_timers_fire_on_the_tick_and_deleted_timers_never() {
     assert_eq!(got, vec![("y".to_string(), 50), ("x".to_string(), 100)]);
 }
 
+/// Flink's BATCH: after a key's last element and its event-time timers, its processing-time
+/// timers fire (what a STREAMING job's processing-time windows would emit is not lost), and what
+/// their callbacks register is dropped.
+#[test]
+fn batch_fires_a_keys_processing_time_timers_after_its_last_element_once() {
+    struct Again;
+    impl KeyedProcessFunction<String, (String, i64), (String, u64)> for Again {
+        type State = u64;
+        fn process_element(
+            &self,
+            value: (String, i64),
+            ctx: &mut KeyedContext<'_, String, u64>,
+            _: &mut dyn Collector<(String, u64)>,
+        ) {
+            if value.1 < 0 {
+                ctx.delete_processing_time_timer(-value.1);
+            } else {
+                ctx.register_processing_time_timer(value.1);
+            }
+        }
+        fn on_timer(
+            &self,
+            ts: i64,
+            ctx: &mut KeyedContext<'_, String, u64>,
+            out: &mut dyn Collector<(String, u64)>,
+        ) {
+            out.collect((ctx.key().clone(), ts as u64));
+            ctx.register_processing_time_timer(ts + 1);
+        }
+    }
+    let time = Arc::new(TaskTime::new(std::time::Duration::from_millis(200)));
+    let sink = TimedSink::new(time.clone());
+    let key: KeyFn<(String, i64), String> = Arc::new(|r: &(String, i64)| r.0.clone());
+    let op = KeyedProcessOperator::new(
+        key,
+        Arc::new(Again),
+        Keyed::new(None, 0..128, 128).unwrap(),
+        Timers::default(),
+        time.clone(),
+        Box::new(sink.clone()),
+    );
+    let mut op = SortedKeyedProcess::new(op);
+    for (k, t) in [("x", 100), ("y", 50), ("x", 300), ("x", -300), ("x", 200)] {
+        time.set_timestamp(1);
+        op.collect((k.to_string(), t));
+    }
+    op.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+    op.finish();
+    let got: Vec<_> = sink.records().into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("x".to_string(), 100),
+            ("x".to_string(), 200),
+            ("y".to_string(), 50)
+        ],
+        "key by key, in time order; 300 was deleted; nothing registered at the end fires"
+    );
+}
+
 #[test]
 fn timers_and_state_survive_a_heap_snapshot_and_split_by_key_group() {
     use crate::checkpoint::{KeyedStateInit, restore_timers};

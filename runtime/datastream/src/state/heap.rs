@@ -5,6 +5,11 @@
 //! may declare states of any types; a snapshot writes them in the RocksDB backend's layout (see
 //! [`super::entries`]), and a restore keeps the entries of a state as they came until the state
 //! is declared again (a function declares its states as it first uses them).
+//!
+//! Tables are insertion-ordered maps ([`IndexMap`]) so that a state with a time to live can be
+//! cleaned a few entries at a time from a cursor that survives inserts and removals (Flink's
+//! incremental cleanup of its heap state tables); a table of such a state knows how to read its
+//! values' expiry ([`Expiry`]), which full snapshots and restores leave expired values out by.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -12,12 +17,45 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 
 use floe_state::{Entry, HashMapStateBackend, KeyedStateBackend};
+use indexmap::IndexMap;
 
+use super::descriptors::{other_variant, user_name};
+use super::ttl::StateTtlConfig;
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
 
+/// How a table of a state with a time to live finds its values' expiry, and where its
+/// incremental cleanup goes on.
+pub(crate) struct Expiry<V> {
+    pub of: fn(&V) -> i64,
+    pub config: StateTtlConfig,
+    /// The next key (and, in a map table, the next entry of that key) the cleanup checks.
+    cursor: (usize, usize),
+}
+
+impl<V> Expiry<V> {
+    pub(crate) fn new(of: fn(&V) -> i64, config: StateTtlConfig) -> Self {
+        Expiry {
+            of,
+            config,
+            cursor: (0, 0),
+        }
+    }
+
+    fn live(&self, v: &V, now: i64) -> bool {
+        (self.of)(v) > now
+    }
+
+    /// Whether a full snapshot (or a restore) at `now` keeps `v`.
+    fn kept(expiry: &Option<Self>, v: &V, now: i64) -> bool {
+        expiry
+            .as_ref()
+            .is_none_or(|e| !e.config.cleans_full_snapshots() || e.live(v, now))
+    }
+}
+
 /// One declared state's values for every key.
-pub(crate) trait HeapTable<K>: Send {
+pub(crate) trait HeapTable<K>: Send + 'static {
     fn as_any(&mut self) -> &mut dyn Any;
     /// Writes every entry as a snapshot holds it: (key group, key, value) under `name`.
     fn write(&self, name: &str, out: &mut HashMapStateBackend, max_parallelism: u32) -> Result<()>;
@@ -25,43 +63,136 @@ pub(crate) trait HeapTable<K>: Send {
     fn load(&mut self, name: &str, entries: Vec<Entry>) -> Result<()>;
     /// Drops every value of `key` (BATCH: a key's state goes after its last element).
     fn remove_key(&mut self, key: &K);
+    /// The keys holding a value.
+    fn keys(&self) -> usize;
 }
 
 /// A map per key: user keys by their encoding (equal when their encodings are, as on RocksDB).
 pub(crate) struct MapTable<K, UK, UV> {
-    pub map: HashMap<K, HashMap<Vec<u8>, UV>>,
+    pub map: IndexMap<K, IndexMap<Vec<u8>, UV>>,
+    pub expiry: Option<Expiry<UV>>,
     _t: PhantomData<fn() -> UK>,
 }
 
 /// A list per key.
 pub(crate) struct ListTable<K, T> {
-    pub map: HashMap<K, Vec<T>>,
+    pub map: IndexMap<K, Vec<T>>,
+    pub expiry: Option<Expiry<T>>,
 }
 
 /// One value per key (value, reducing and aggregating state); `None` only while a value is
 /// being combined.
 pub(crate) struct ValueTable<K, T> {
-    pub map: HashMap<K, Option<T>>,
+    pub map: IndexMap<K, Option<T>>,
+    pub expiry: Option<Expiry<T>>,
 }
 
-impl<K, UK, UV> Default for MapTable<K, UK, UV> {
-    fn default() -> Self {
+impl<K, UK, UV> MapTable<K, UK, UV> {
+    pub(crate) fn new(expiry: Option<Expiry<UV>>) -> Self {
         MapTable {
-            map: HashMap::new(),
+            map: IndexMap::new(),
+            expiry,
             _t: PhantomData,
         }
     }
-}
 
-impl<K, T> Default for ListTable<K, T> {
-    fn default() -> Self {
-        ListTable { map: HashMap::new() }
+    /// Checks `n` entries from the cursor and removes the expired ones (a key whose map is left
+    /// empty goes with its last entry).
+    pub(crate) fn cleanup(&mut self, now: i64, n: usize) {
+        let Some(e) = self.expiry.as_mut() else { return };
+        let (mut key, mut entry) = e.cursor;
+        let (mut checked, mut keys_passed) = (0, 0);
+        // Passing from key to key checks nothing; at most one lap of the keys per call.
+        while checked < n && !self.map.is_empty() && keys_passed <= self.map.len() {
+            if key >= self.map.len() {
+                (key, entry) = (0, 0);
+            }
+            let Some((_, m)) = self.map.get_index_mut(key) else {
+                break;
+            };
+            if entry >= m.len() {
+                (key, entry, keys_passed) = (key + 1, 0, keys_passed + 1);
+                continue;
+            }
+            checked += 1;
+            if m.get_index(entry).is_some_and(|(_, v)| !e.live(v, now)) {
+                m.swap_remove_index(entry);
+                if m.is_empty() {
+                    // The last key moves here: it is checked next, from its first entry.
+                    self.map.swap_remove_index(key);
+                    entry = 0;
+                }
+            } else {
+                entry += 1;
+            }
+        }
+        e.cursor = (key, entry);
     }
 }
 
-impl<K, T> Default for ValueTable<K, T> {
-    fn default() -> Self {
-        ValueTable { map: HashMap::new() }
+impl<K, T> ListTable<K, T> {
+    pub(crate) fn new(expiry: Option<Expiry<T>>) -> Self {
+        ListTable {
+            map: IndexMap::new(),
+            expiry,
+        }
+    }
+
+    /// Checks the lists of `n` keys from the cursor and removes their expired elements (a key
+    /// whose list is left empty goes).
+    pub(crate) fn cleanup(&mut self, now: i64, n: usize) {
+        let Some(e) = self.expiry.as_mut() else { return };
+        let mut key = e.cursor.0;
+        for _ in 0..n {
+            if key >= self.map.len() {
+                if self.map.is_empty() {
+                    break;
+                }
+                key = 0;
+            }
+            let Some((_, list)) = self.map.get_index_mut(key) else {
+                break;
+            };
+            list.retain(|v| e.live(v, now));
+            if list.is_empty() {
+                self.map.swap_remove_index(key);
+            } else {
+                key += 1;
+            }
+        }
+        e.cursor.0 = key;
+    }
+}
+
+impl<K, T> ValueTable<K, T> {
+    pub(crate) fn new(expiry: Option<Expiry<T>>) -> Self {
+        ValueTable {
+            map: IndexMap::new(),
+            expiry,
+        }
+    }
+
+    /// Checks the values of `n` keys from the cursor and removes the expired ones.
+    pub(crate) fn cleanup(&mut self, now: i64, n: usize) {
+        let Some(e) = self.expiry.as_mut() else { return };
+        let mut key = e.cursor.0;
+        for _ in 0..n {
+            if key >= self.map.len() {
+                if self.map.is_empty() {
+                    break;
+                }
+                key = 0;
+            }
+            let Some((_, slot)) = self.map.get_index(key) else {
+                break;
+            };
+            if slot.as_ref().is_none_or(|v| !e.live(v, now)) {
+                self.map.swap_remove_index(key);
+            } else {
+                key += 1;
+            }
+        }
+        e.cursor.0 = key;
     }
 }
 
@@ -98,10 +229,14 @@ where
 
     fn write(&self, name: &str, out: &mut HashMapStateBackend, max_parallelism: u32) -> Result<()> {
         let (mut key, mut value) = (Vec::new(), Vec::new());
+        let now = super::ttl::now_ms();
         for (k, entries) in &self.map {
             let kg = key_group_of(k, &mut key, max_parallelism);
             let len = key.len();
             for (user_key, v) in entries {
+                if !Expiry::kept(&self.expiry, v, now) {
+                    continue;
+                }
                 key.truncate(len);
                 key.extend_from_slice(user_key);
                 value.clear();
@@ -113,16 +248,23 @@ where
     }
 
     fn load(&mut self, name: &str, entries: Vec<Entry>) -> Result<()> {
+        let now = super::ttl::now_ms();
         for (_, key, value) in entries {
             let (k, user_key) = split_key::<K>(name, &key)?;
             let v = UV::decode(&mut value.as_slice()).map_err(|e| corrupt(name, "value", e))?;
-            self.map.entry(k).or_default().insert(user_key.to_vec(), v);
+            if Expiry::kept(&self.expiry, &v, now) {
+                self.map.entry(k).or_default().insert(user_key.to_vec(), v);
+            }
         }
         Ok(())
     }
 
     fn remove_key(&mut self, key: &K) {
-        self.map.remove(key);
+        self.map.swap_remove(key);
+    }
+
+    fn keys(&self) -> usize {
+        self.map.len()
     }
 }
 
@@ -137,38 +279,53 @@ where
 
     fn write(&self, name: &str, out: &mut HashMapStateBackend, max_parallelism: u32) -> Result<()> {
         let (mut key, mut item, mut value) = (Vec::new(), Vec::new(), Vec::new());
+        let now = super::ttl::now_ms();
         for (k, items) in &self.map {
-            if items.is_empty() {
-                continue;
-            }
-            let kg = key_group_of(k, &mut key, max_parallelism);
             value.clear();
             for t in items {
+                if !Expiry::kept(&self.expiry, t, now) {
+                    continue;
+                }
                 item.clear();
                 t.encode(&mut item);
                 floe_state::list::push(&mut value, &item);
             }
+            if value.is_empty() {
+                continue;
+            }
+            let kg = key_group_of(k, &mut key, max_parallelism);
             put(out, name, kg, &key, &value)?;
         }
         Ok(())
     }
 
     fn load(&mut self, name: &str, entries: Vec<Entry>) -> Result<()> {
+        let now = super::ttl::now_ms();
         for (_, key, value) in entries {
             let (k, _) = split_key::<K>(name, &key)?;
             let items = floe_state::list::decode(&value).ok_or_else(|| {
                 Error::State(format!("restoring keyed state {name:?}: a list is truncated"))
             })?;
-            let list = self.map.entry(k).or_default();
+            let mut list = Vec::with_capacity(items.len());
             for mut item in items {
-                list.push(T::decode(&mut item).map_err(|e| corrupt(name, "list element", e))?);
+                let t = T::decode(&mut item).map_err(|e| corrupt(name, "list element", e))?;
+                if Expiry::kept(&self.expiry, &t, now) {
+                    list.push(t);
+                }
+            }
+            if !list.is_empty() {
+                self.map.entry(k).or_default().extend(list);
             }
         }
         Ok(())
     }
 
     fn remove_key(&mut self, key: &K) {
-        self.map.remove(key);
+        self.map.swap_remove(key);
+    }
+
+    fn keys(&self) -> usize {
+        self.map.len()
     }
 }
 
@@ -183,8 +340,11 @@ where
 
     fn write(&self, name: &str, out: &mut HashMapStateBackend, max_parallelism: u32) -> Result<()> {
         let (mut key, mut value) = (Vec::new(), Vec::new());
+        let now = super::ttl::now_ms();
         for (k, v) in &self.map {
-            let Some(v) = v else { continue };
+            let Some(v) = v.as_ref().filter(|v| Expiry::kept(&self.expiry, v, now)) else {
+                continue;
+            };
             let kg = key_group_of(k, &mut key, max_parallelism);
             value.clear();
             v.encode(&mut value);
@@ -194,16 +354,23 @@ where
     }
 
     fn load(&mut self, name: &str, entries: Vec<Entry>) -> Result<()> {
+        let now = super::ttl::now_ms();
         for (_, key, value) in entries {
             let (k, _) = split_key::<K>(name, &key)?;
             let v = T::decode(&mut value.as_slice()).map_err(|e| corrupt(name, "value", e))?;
-            self.map.insert(k, Some(v));
+            if Expiry::kept(&self.expiry, &v, now) {
+                self.map.insert(k, Some(v));
+            }
         }
         Ok(())
     }
 
     fn remove_key(&mut self, key: &K) {
-        self.map.remove(key);
+        self.map.swap_remove(key);
+    }
+
+    fn keys(&self) -> usize {
+        self.map.len()
     }
 }
 
@@ -249,6 +416,16 @@ impl<K: Data + Hash + Eq> HeapEntries<K> {
         Ok(())
     }
 
+    /// The keys holding a value in each declared state, by name.
+    #[cfg(test)]
+    pub(crate) fn keys_per_state(&self) -> std::collections::BTreeMap<String, usize> {
+        self.tables
+            .tables
+            .iter()
+            .map(|(name, t)| (name.clone(), t.keys()))
+            .collect()
+    }
+
     /// Drops every per-entry value of `key`.
     pub(crate) fn remove_key(&mut self, key: &K) {
         for table in self.tables.tables.values_mut() {
@@ -258,10 +435,20 @@ impl<K: Data + Hash + Eq> HeapEntries<K> {
 }
 
 impl<K: Data + Hash + Eq> HeapTables<K> {
-    /// The table of state `name`, created (with its restored entries) at its first use.
-    pub(crate) fn table<T: HeapTable<K> + Default + 'static>(&mut self, name: &str) -> Result<&mut T> {
+    /// The table of state `name`, created by `create` (then given its restored entries) at its
+    /// first use. A state restored with its time to live switched is refused (see
+    /// [`super::ttl`]).
+    pub(crate) fn table<T: HeapTable<K>>(
+        &mut self,
+        name: &str,
+        create: impl FnOnce() -> T,
+    ) -> Result<&mut T> {
         if !self.tables.contains_key(name) {
-            let mut table = T::default();
+            let other = other_variant(name);
+            if self.restored.state_names().contains(other.as_str()) {
+                return Err(ttl_switched(name));
+            }
+            let mut table = create();
             table.load(name, self.restored.take(name))?;
             self.tables.insert(name.to_string(), Box::new(table));
         }
@@ -274,4 +461,19 @@ impl<K: Data + Hash + Eq> HeapTables<K> {
                 ))
             })
     }
+}
+
+/// The error of a state restored with its time to live switched on or off.
+pub(crate) fn ttl_switched(name: &str) -> Error {
+    let (now, then) = if floe_state::ttl::layout(name.as_bytes()).is_some() {
+        ("with", "without")
+    } else {
+        ("without", "with")
+    };
+    Error::State(format!(
+        "keyed state {:?} is declared {now} a time to live but was checkpointed {then} one: \
+         switching a state's time to live is not a compatible change (as in Flink); restore \
+         with the state declared as it was, or give the state a new name",
+        user_name(name)
+    ))
 }

@@ -9,8 +9,11 @@ use std::collections::BTreeMap;
 
 use crate::data::Data;
 
+pub(crate) mod collections;
+pub mod descriptors;
 pub mod entries;
 pub(crate) mod heap;
+pub mod ttl;
 use crate::error::{Error, Result};
 
 /// One value per key, absent until set (Flink's `ValueState`).

@@ -45,7 +45,8 @@ impl<O: Data> Harness<O> {
             Timers::default(),
             time.clone(),
             Box::new(sink.clone()),
-        );
+        )
+        .ending_processing_time();
         let metrics = Arc::new(crate::types::TaskMetrics::default());
         let op = op.with_metrics(metrics.clone());
         Harness {
@@ -306,15 +307,60 @@ fn processing_time_windows_fire_on_the_clock() {
     h.element("a", 1, MIN_WATERMARK);
     h.element("a", 2, MIN_WATERMARK);
     h.op.on_time(TimeEvent::ProcessingTime(end - 2));
-    h.watermark(MAX_WATERMARK);
+    h.watermark(end + 10_000);
     assert!(
         h.output().is_empty(),
-        "not before its end; end of event time does not fire it"
+        "not before its end; a watermark does not fire it"
     );
     h.op.on_time(TimeEvent::ProcessingTime(end + 1_005));
     let got = h.output();
     // The two elements may straddle a second boundary: one or two windows, every element once.
     assert_eq!(got.iter().map(|r| r.1.1).sum::<u64>(), 3, "{got:?}");
+}
+
+/// A bounded job's last processing-time windows: the end of input (the MAX watermark, which
+/// comes before the final checkpoint's barrier) fires them, each once; Flink drops them.
+#[test]
+fn processing_time_windows_fire_when_the_input_ends() {
+    let mut h = Harness::new(
+        TumblingProcessingTimeWindows::of(Duration::from_secs(3_600)),
+        ProcessingTimeTrigger::create(),
+        0,
+        sum(),
+    );
+    for (key, value) in [("a", 1), ("b", 4), ("a", 2)] {
+        h.element(key, value, MIN_WATERMARK);
+    }
+    h.op.on_time(TimeEvent::ProcessingTime(crate::time::now_ms()));
+    assert!(h.output().is_empty(), "an hour's window is open");
+    h.watermark(MAX_WATERMARK);
+    let mut got: Vec<(String, u64)> = h.output().into_iter().map(|r| r.1).collect();
+    got.sort();
+    // Both elements of a key may straddle an hour's boundary: a key's windows, every element once.
+    let per_key = |k: &str| got.iter().filter(|r| r.0 == k).map(|r| r.1).sum::<u64>();
+    assert_eq!((per_key("a"), per_key("b")), (3, 4), "{got:?}");
+    h.op.on_time(TimeEvent::ProcessingTime(i64::MAX / 2));
+    assert_eq!(h.output().len(), got.len(), "fired once: the windows are gone");
+}
+
+/// At the end of input the timer service is quiesced: a continuous trigger's next firing, which
+/// each firing registers, is dropped instead of firing for ever.
+#[test]
+fn a_continuous_processing_time_trigger_ends_with_the_input() {
+    let mut h = Harness::new(
+        TumblingProcessingTimeWindows::of(Duration::from_secs(3_600)),
+        ContinuousProcessingTimeTrigger::of(ms(1)),
+        0,
+        sum(),
+    );
+    h.element("a", 5, MIN_WATERMARK);
+    h.watermark(MAX_WATERMARK);
+    let got = h.output();
+    assert!(
+        !got.is_empty() && got.iter().all(|r| r.1 == ("a".to_string(), 5)),
+        "the pending interval and the end fire the window's contents: {got:?}"
+    );
+    assert!(got.len() <= 2, "no firing registered at the end: {got:?}");
 }
 
 /// A user-defined trigger: fires and purges a window at every third element, and fires what is
