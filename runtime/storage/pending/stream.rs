@@ -1,0 +1,237 @@
+//! Streamed transfers: objects of any size move in parts of [`PART_SIZE`] (S3 multipart uploads,
+//! ranged reads), with at most [`PARTS_IN_FLIGHT`] parts in flight, so a transfer holds a bounded
+//! amount of memory whatever the object's size, and no single request has to carry a large body
+//! under one deadline.
+//!
+//! Each part has its own deadline (`floe.storage.part-timeout-ms`, default
+//! [`DEFAULT_PART_TIMEOUT`]): a part that fails or stalls past it is sent again (opendal's
+//! concurrent tasks retry a part on a temporary error; the retry layer retries the call that saw
+//! it), so one slow or failing request costs one part's resend, not the whole object. A deadline
+//! per part rather than per object is what makes large objects possible at all: before, an upload
+//! that needed more than 10 s always failed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::{Error, ObjectStore, Result};
+
+/// Bytes of one part of a streamed upload or read (S3 requires parts of at least 5 MiB but the last).
+pub const PART_SIZE: usize = 8 << 20;
+/// Parts of one transfer in flight at once.
+pub const PARTS_IN_FLIGHT: usize = 4;
+/// The configuration key of the deadline of one part (milliseconds).
+pub const PART_TIMEOUT_KEY: &str = "floe.storage.part-timeout-ms";
+/// The default deadline of one part: an 8 MiB part at 300 KB/s, slower than any link that can
+/// carry a checkpoint.
+pub const DEFAULT_PART_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The part deadline the configuration asks for.
+pub(crate) fn part_timeout(conf: &std::collections::BTreeMap<String, String>) -> Result<Duration> {
+    match conf.get(PART_TIMEOUT_KEY) {
+        None => Ok(DEFAULT_PART_TIMEOUT),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(Error::InvalidConfiguration {
+                key: PART_TIMEOUT_KEY.to_string(),
+                reason: format!("expected a positive number of milliseconds, got {v:?}"),
+            }),
+        },
+    }
+}
+
+impl ObjectStore {
+    /// Writes an object piece by piece, replacing any previous one: parts of [`PART_SIZE`] go out
+    /// as they fill (multipart on S3), [`PARTS_IN_FLIGHT`] at a time, so only those are held in
+    /// memory. The object exists once [`ObjectWriter::close`] returned; dropped before, it never
+    /// appears.
+    pub async fn writer(&self, path: &str) -> Result<ObjectWriter> {
+        self.open_writer(path, false).await
+    }
+
+    /// [`ObjectStore::writer`] for a conditional create: `close` fails with
+    /// [`Error::AlreadyExists`] when the object exists (S3 completes the upload with
+    /// `If-None-Match: *`).
+    pub async fn creator(&self, path: &str) -> Result<ObjectWriter> {
+        if !self.op.info().capability().write_with_if_not_exists {
+            return Err(Error::NoConditionalCreate {
+                url: self.url.clone(),
+            });
+        }
+        self.open_writer(path, true).await
+    }
+
+    async fn open_writer(&self, path: &str, if_not_exists: bool) -> Result<ObjectWriter> {
+        let writer = self
+            .write_op(path, async {
+                self.bulk
+                    .writer_with(&self.full(path))
+                    .chunk(PART_SIZE)
+                    .concurrent(PARTS_IN_FLIGHT)
+                    .if_not_exists(if_not_exists)
+                    .await
+                    .map_err(|e| self.io(path, e))
+            })
+            .await?;
+        Ok(ObjectWriter {
+            store: self.clone(),
+            path: path.to_string(),
+            writer,
+            written: 0,
+        })
+    }
+
+    /// Reads an object part by part ([`ObjectReader::next_part`]), [`PARTS_IN_FLIGHT`] ranged reads
+    /// ahead at most.
+    pub async fn reader(&self, path: &str) -> Result<ObjectReader> {
+        let stream = self
+            .read_op(path, async {
+                let reader = self
+                    .bulk
+                    .reader_with(&self.full(path))
+                    .chunk(PART_SIZE)
+                    .concurrent(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.io(path, e))?;
+                reader.into_stream(..).await.map_err(|e| self.io(path, e))
+            })
+            .await?;
+        Ok(ObjectReader {
+            store: self.clone(),
+            path: path.to_string(),
+            stream,
+        })
+    }
+
+    /// Uploads the local file `local` as object `path` in parts; returns its size.
+    pub async fn upload_file(&self, path: &str, local: &Path) -> Result<u64> {
+        let local_error = |e: std::io::Error| self.local_error(path, local, "reading", e);
+        let mut file = tokio::fs::File::open(local).await.map_err(local_error)?;
+        let mut writer = self.writer(path).await?;
+        loop {
+            let mut part = Vec::with_capacity(PART_SIZE);
+            let read = (&mut file)
+                .take(PART_SIZE as u64)
+                .read_to_end(&mut part)
+                .await
+                .map_err(local_error)?;
+            if read == 0 {
+                break;
+            }
+            writer.write(part).await?;
+        }
+        writer.close().await
+    }
+
+    /// Downloads object `path` into the local file `local` (replaced) in parts; returns its size.
+    pub async fn download_file(&self, path: &str, local: &Path) -> Result<u64> {
+        let local_error = |e: std::io::Error| self.local_error(path, local, "writing", e);
+        let mut reader = self.reader(path).await?;
+        let mut file = tokio::fs::File::create(local).await.map_err(local_error)?;
+        let mut size = 0;
+        while let Some(part) = reader.next_part().await? {
+            file.write_all(&part).await.map_err(local_error)?;
+            size += part.len() as u64;
+        }
+        file.flush().await.map_err(local_error)?;
+        Ok(size)
+    }
+
+    /// Copies object `from` of this store to `to` in `target` (any store, any service), part by
+    /// part: the bytes pass through this process, at most a few parts at a time, whatever the size.
+    pub async fn copy_to(&self, from: &str, target: &ObjectStore, to: &str) -> Result<u64> {
+        let mut reader = self.reader(from).await?;
+        let mut writer = target.writer(to).await?;
+        while let Some(part) = reader.next_part().await? {
+            writer.write(part).await?;
+        }
+        writer.close().await
+    }
+
+    /// A local file's error during a transfer of `path`, naming both.
+    fn local_error(&self, path: &str, local: &Path, doing: &str, e: std::io::Error) -> Error {
+        Error::Io {
+            url: self.url_of(path),
+            source: opendal::Error::new(
+                opendal::ErrorKind::Unexpected,
+                format!("{doing} the local file {}", local.display()),
+            )
+            .set_source(e),
+        }
+    }
+}
+
+/// A streaming write of one object ([`ObjectStore::writer`], [`ObjectStore::creator`]); errors
+/// name the object.
+pub struct ObjectWriter {
+    store: ObjectStore,
+    path: String,
+    writer: opendal::Writer,
+    written: u64,
+}
+
+impl std::fmt::Debug for ObjectWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectWriter").field("path", &self.path).finish()
+    }
+}
+
+impl ObjectWriter {
+    /// Appends `bytes`; waits only while [`PARTS_IN_FLIGHT`] parts are already on their way.
+    pub async fn write(&mut self, bytes: impl Into<Bytes>) -> Result<()> {
+        let bytes: Bytes = bytes.into();
+        let len = bytes.len() as u64;
+        let (store, path, writer) = (&self.store, &self.path, &mut self.writer);
+        store
+            .write_op(path, async {
+                writer.write(bytes).await.map_err(|e| store.io(path, e))
+            })
+            .await?;
+        self.written += len;
+        Ok(())
+    }
+
+    /// Sends what is left and completes the object; returns its size.
+    pub async fn close(mut self) -> Result<u64> {
+        let store = self.store.clone();
+        store
+            .write_op(&self.path, async {
+                self.writer
+                    .close()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| self.store.io(&self.path, e))
+            })
+            .await?;
+        Ok(self.written)
+    }
+}
+
+/// A streaming read of one object ([`ObjectStore::reader`]); errors name the object.
+pub struct ObjectReader {
+    store: ObjectStore,
+    path: String,
+    stream: opendal::BufferStream,
+}
+
+impl std::fmt::Debug for ObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectReader").field("path", &self.path).finish()
+    }
+}
+
+impl ObjectReader {
+    /// The next piece of the object (at most [`PART_SIZE`] bytes), `None` at its end.
+    pub async fn next_part(&mut self) -> Result<Option<Bytes>> {
+        let (store, path, stream) = (&self.store, &self.path, &mut self.stream);
+        let next = store
+            .read_op(path, async {
+                stream.try_next().await.map_err(|e| store.io(path, e))
+            })
+            .await?;
+        Ok(next.map(|b| b.to_bytes()))
+    }
+}
