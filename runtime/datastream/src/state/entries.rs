@@ -197,11 +197,14 @@ pub(super) fn decoded<T: Data>(name: &str, mut bytes: &[u8], failure: &mut Optio
     }
 }
 
+/// How a stored `S` tells when it expires (milliseconds).
+pub(super) type ExpiresOf<S> = fn(&S) -> i64;
+
 /// A declared state as its accesses see it: its stored name and, with a time to live, its
 /// config and how a stored `S` tells when it expires.
 pub(super) struct Decl<'d, S> {
     pub name: &'d str,
-    pub ttl: Option<(StateTtlConfig, fn(&S) -> i64)>,
+    pub ttl: Option<(StateTtlConfig, ExpiresOf<S>)>,
 }
 
 impl<S> Clone for Decl<'_, S> {

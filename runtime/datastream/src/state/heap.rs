@@ -64,6 +64,7 @@ pub(crate) trait HeapTable<K>: Send + 'static {
     /// Drops every value of `key` (BATCH: a key's state goes after its last element).
     fn remove_key(&mut self, key: &K);
     /// The keys holding a value.
+    #[cfg(test)]
     fn keys(&self) -> usize;
 }
 
@@ -263,6 +264,7 @@ where
         self.map.swap_remove(key);
     }
 
+    #[cfg(test)]
     fn keys(&self) -> usize {
         self.map.len()
     }
@@ -324,6 +326,7 @@ where
         self.map.swap_remove(key);
     }
 
+    #[cfg(test)]
     fn keys(&self) -> usize {
         self.map.len()
     }
@@ -369,6 +372,7 @@ where
         self.map.swap_remove(key);
     }
 
+    #[cfg(test)]
     fn keys(&self) -> usize {
         self.map.len()
     }

@@ -22,7 +22,8 @@ use crate::time::timers::Timers;
 
 /// What a read sees of a key: value (0: none), map entries, list elements, reducing sum (0:
 /// none), aggregate (0: none), whether the map is empty.
-type Seen = (String, (u64, (u64, (u64, (u64, (u64, bool))))));
+type Reading = (u64, (u64, (u64, (u64, (u64, bool)))));
+type Seen = (String, Reading);
 
 const WRITE: u64 = 0;
 const READ: u64 = 1;
@@ -127,14 +128,14 @@ fn fresh(backend: bool) -> Keyed<String, ()> {
 }
 
 /// Reads `key` and returns what the function saw (and no failure).
-fn read(op: &mut ExpiringOp, sink: &TimedSink<Seen>, key: &str) -> (u64, (u64, (u64, (u64, (u64, bool))))) {
+fn read(op: &mut ExpiringOp, sink: &TimedSink<Seen>, key: &str) -> Reading {
     op.collect((key.to_string(), READ));
     assert_eq!(op.failure(), None);
     sink.records().last().expect("a read emits").1.1
 }
 
-const ALL: (u64, (u64, (u64, (u64, (u64, bool))))) = (7, (1, (1, (2, (3, false)))));
-const NONE: (u64, (u64, (u64, (u64, (u64, bool))))) = (0, (0, (0, (0, (0, true)))));
+const ALL: Reading = (7, (1, (1, (2, (3, false)))));
+const NONE: Reading = (0, (0, (0, (0, (0, true)))));
 
 #[test]
 fn expired_values_are_never_seen_on_either_backend() {
