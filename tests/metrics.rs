@@ -333,7 +333,9 @@ fn a_slow_sink_shows_as_backpressure_at_the_source_and_busy_time_at_the_sink() {
 }
 
 /// A TaskManager's own `/metrics` (`--metrics-address`): the tasks it runs now, with Flink's
-/// names and labels and the cumulative task times, and its slots.
+/// names and labels and the cumulative task times, its slots, and its managed memory (issue 33:
+/// the budget `taskmanager.memory.managed.size` gives the RocksDB instances of its stateful
+/// tasks, and what they use of it).
 #[test]
 fn a_taskmanager_serves_its_own_tasks_metrics() {
     use std::io::BufRead;
@@ -342,8 +344,9 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
     std::fs::write(
         &manifest,
         format!(
-            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: tm-metrics }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"0\", \"--rate\", \"5000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 3 }}\n",
-            dir.join("out").display()
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: tm-metrics }}\nspec:\n  job:\n    name: pipeline\n    args: [\"--output\", \"{}\", \"--records\", \"0\", \"--rate\", \"5000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 3 }}\n  storage: {{ url: \"file://{}\" }}\n  configuration:\n    state.backend.type: rocksdb\n    execution.checkpointing.interval: \"500 ms\"\n",
+            dir.join("out").display(),
+            dir.join("storage").display()
         ),
     )
     .unwrap();
@@ -359,6 +362,7 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
             "tm-metrics",
         ])
         .args(["--metrics-address", "127.0.0.1:0"])
+        .arg("-Dtaskmanager.memory.managed.size=64mb")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -373,20 +377,30 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
         .find_map(|w| w.strip_prefix("metrics="))
         .unwrap_or_else(|| panic!("no metrics address in {line:?}"))
         .to_string();
-    let samples = wait_for("the source's records", Duration::from_secs(60), || {
-        let samples = parse(&get_text(&address, "/metrics").1);
-        value(
-            &samples,
-            "flink_taskmanager_job_task_numRecordsOut",
-            &[
-                ("task_id", "source"),
-                ("tm_id", "tm-metrics"),
-                ("subtask_index", "0"),
-            ],
-        )
-        .filter(|n| *n > 0.0)
-        .map(|_| samples)
-    });
+    // The reduce's RocksDB instance charges its memtable to the managed budget as it writes.
+    let samples = wait_for(
+        "the source's records and managed memory in use",
+        Duration::from_secs(60),
+        || {
+            let samples = parse(&get_text(&address, "/metrics").1);
+            let used = value(
+                &samples,
+                "flink_taskmanager_Status_Flink_Memory_Managed_Used",
+                &[("tm_id", "tm-metrics")],
+            );
+            value(
+                &samples,
+                "flink_taskmanager_job_task_numRecordsOut",
+                &[
+                    ("task_id", "source"),
+                    ("tm_id", "tm-metrics"),
+                    ("subtask_index", "0"),
+                ],
+            )
+            .filter(|n| *n > 0.0 && used.is_some_and(|u| u > 0.0))
+            .map(|_| samples)
+        },
+    );
     assert_eq!(
         value(
             &samples,
@@ -395,6 +409,13 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
         ),
         Some(3.0)
     );
+    let tm = |name| value(&samples, name, &[("tm_id", "tm-metrics")]);
+    assert_eq!(
+        tm("flink_taskmanager_Status_Flink_Memory_Managed_Total"),
+        Some(64.0 * 1024.0 * 1024.0)
+    );
+    let used = tm("flink_taskmanager_Status_Flink_Memory_Managed_Used").unwrap_or(0.0);
+    assert!(used <= 64.0 * 1024.0 * 1024.0, "managed memory used: {used}");
     for task in ["source", "map", "reduce"] {
         for name in [
             "flink_taskmanager_job_task_numRecordsIn",

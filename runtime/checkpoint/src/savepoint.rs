@@ -76,9 +76,9 @@ pub async fn write(
     drained: bool,
 ) -> Result<String> {
     let (relocated, copies) = relocate(checkpoint);
+    // Part by part: a savepoint of gigabytes passes through the JobManager a few parts at a time.
     for (from, to) in copies {
-        let bytes = job_storage.get(&from).await?;
-        target.put(&to, bytes).await?;
+        job_storage.copy_to(&from, target, &to).await?;
     }
     let savepoint = Savepoint {
         format: FORMAT.into(),

@@ -494,9 +494,18 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
             if eof {
                 exit_on_stdin_eof();
             }
-            floe_proto::tls::install(&properties.into_iter().collect()).map_err(|e| Failure {
+            let properties: std::collections::BTreeMap<String, String> = properties.into_iter().collect();
+            floe_proto::tls::install(&properties).map_err(|e| Failure {
                 code: 2,
                 error: e.into(),
+            })?;
+            let managed_memory = floe_taskmanager::memory::managed_memory(
+                &properties,
+                floe_taskmanager::memory::container_memory_limit(),
+            )
+            .map_err(|e| Failure {
+                code: 2,
+                error: anyhow::anyhow!(e),
             })?;
             let id = id.unwrap_or_else(|| format!("taskmanager-{}", std::process::id()));
             let data_dir = data_dir.unwrap_or_else(|| std::env::temp_dir().join(format!("floe-{id}")));
@@ -510,6 +519,7 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
                 registration_timeout: registration_timeout_s.map(Duration::from_secs),
                 registry,
                 metrics_address,
+                managed_memory,
             };
             runtime()?
                 .block_on(floe_taskmanager::run_until(config, terminated()))

@@ -7,6 +7,7 @@
 //! RocksDB backend needs anyway): the one Rust client with transactions and `read_committed`;
 //! the pure-Rust ones (rskafka, kafka, samsa) have neither.
 
+mod commit;
 pub mod jobs;
 pub mod options;
 pub mod records;

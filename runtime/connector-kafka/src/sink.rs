@@ -7,8 +7,10 @@
 //! checkpoint's completion and, after a failure in between, resumes it by producer id and epoch
 //! from the checkpoint; librdkafka cannot resume another producer's transaction (a new producer
 //! of the same transactional id aborts it). So the records of a checkpoint are kept until it
-//! completes, as a write-ahead log in the job's storage named by the checkpoint, and written then
-//! in one transaction that also commits a marker, the checkpoint's id as the offset of a consumer
+//! completes, as a write-ahead log in the job's storage (streamed into an object as they come, a
+//! few parts in memory: [`crate::write_ahead`]), and written then, by a commit task of the sink's
+//! own while records go on ([`crate::commit`]), in one transaction that also commits a marker,
+//! the checkpoint's id as the offset of a consumer
 //! group of the sink's own (`{prefix}-{subtask}-{run}-commits`), atomically with the records. A
 //! restore writes each pending checkpoint whose marker is below its id and skips the others:
 //! whatever moment a process died at, every checkpoint's records become visible once. Readers
@@ -23,64 +25,41 @@
 //! a new run's producer fences what an earlier run left open, which would otherwise hold every
 //! `read_committed` reader back until the broker's transaction timeout.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use floe_datastream::Result;
-use floe_datastream::connector::{ConnectorContext, SinkWriter, frames};
-use floe_storage::ObjectStore;
+use floe_datastream::connector::{ConnectorContext, SinkWriter};
+use floe_storage::{ObjectStore, ObjectWriter};
 use rdkafka::ClientConfig;
-use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use serde::{Deserialize, Serialize};
+use rdkafka::producer::Producer;
 
+use crate::commit::{
+    COMMIT_TIMEOUT, Committer, Deliveries, Kafka, Pending, blocking, delivery_failure, send_all,
+};
 use crate::options::{DeliveryGuarantee, Partitioner, SinkOptions};
-use crate::records::decode_frame;
 use crate::source::REQUEST_TIMEOUT;
 use crate::write_ahead;
 use crate::{error, kafka_error};
 
-/// How long a flush or a transaction's commit may take.
-const COMMIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of records the sink gathers before it hands them to the write-ahead object's writer
+/// (which sends them in parts of `floe_storage::PART_SIZE`): few calls, little memory.
+const WRITE_AHEAD_PIECE: usize = 1 << 20;
 
-/// The first delivery the broker refused, kept until the sink reports it.
-#[derive(Debug, Default)]
-pub struct Deliveries {
-    failed: Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((e, _)) = result {
-            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
-            failed.get_or_insert_with(|| e.to_string());
-        }
-    }
-}
-
-type Kafka = BaseProducer<Deliveries>;
-
-/// Records of a checkpoint waiting for it to complete (exactly-once).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Pending {
-    checkpoint: u64,
-    /// The write-ahead object in the job's storage.
+/// The write-ahead object of the records since the last barrier, open.
+struct WriteAhead {
     file: String,
-    /// The group whose marker says whether these records were written.
-    marker_group: String,
-    /// The transactional id of the subtask that wrote them (a restore fences it).
-    transactional_id: String,
-    #[serde(skip)]
-    frames: Option<Bytes>,
+    writer: ObjectWriter,
+    /// Records not handed to the writer yet (less than [`WRITE_AHEAD_PIECE`]).
+    piece: Vec<u8>,
+}
+
+/// Checkpoints whose records the commit task is writing.
+struct Committing {
+    checkpoints: Vec<Pending>,
+    task: tokio::task::JoinHandle<Result<()>>,
 }
 
 /// A subtask's writer to one topic.
@@ -89,10 +68,14 @@ pub struct KafkaSinkWriter {
     ctx: ConnectorContext,
     producer: Option<Arc<Kafka>>,
     partition: Option<i32>,
-    /// Exactly-once: the frames since the last barrier, the checkpoints written ahead, the job's
-    /// storage they are written to, and this sink's transactional id and marker group.
+    /// Exactly-once: the write-ahead object of the records since the last barrier (or, without
+    /// checkpoints and so without storage, the records themselves until the end), the
+    /// checkpoints written ahead and the ones being written to Kafka, the job's storage, and this
+    /// sink's transactional id and marker group.
+    ahead: Option<WriteAhead>,
     batch: Vec<u8>,
     pending: Vec<Pending>,
+    committing: Option<Committing>,
     store: Option<ObjectStore>,
     writer_id: String,
     transactional_id: String,
@@ -143,8 +126,10 @@ impl KafkaSinkWriter {
             ctx: ctx.clone(),
             producer: None,
             partition: None,
+            ahead: None,
             batch: Vec::new(),
             pending,
+            committing: None,
             store,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             transactional_id,
@@ -214,72 +199,91 @@ impl KafkaSinkWriter {
         self.started = true;
         self.remove_orphans().await;
         let restored = std::mem::take(&mut self.pending);
-        for p in restored {
-            self.write_pending(p).await?;
+        self.write_now(restored).await
+    }
+
+    fn committer(&self) -> Result<Committer> {
+        Ok(Committer {
+            producer: self.producer()?,
+            options: self.options.clone(),
+            partition: self.partition,
+            store: self.store.clone(),
+        })
+    }
+
+    /// Waits for the commit task, if any: its checkpoints are written, or its error is the
+    /// sink's.
+    async fn committed(&mut self) -> Result<()> {
+        match self.committing.take() {
+            Some(c) => c
+                .task
+                .await
+                .map_err(|e| error(format!("the Kafka sink's commit task: {e}")))?,
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `due` now, after any commit in flight (markers must advance in checkpoint order).
+    async fn write_now(&mut self, due: Vec<Pending>) -> Result<()> {
+        self.committed().await?;
+        let committer = self.committer()?;
+        for p in due {
+            committer.write_pending(p).await?;
         }
         Ok(())
     }
 
-    /// Writes a pending checkpoint's records in one transaction with its marker, unless its
-    /// marker says that was done; then drops its write-ahead object.
-    async fn write_pending(&mut self, mut p: Pending) -> Result<()> {
-        let frames = match p.frames.take() {
-            Some(f) => f,
-            None => {
-                let store = self
-                    .store
-                    .as_ref()
-                    .ok_or_else(|| error("no job storage to read the write-ahead log from"))?;
-                match store.get_opt(&p.file).await? {
-                    Some(bytes) => bytes,
-                    // Removed after its commit (the marker tells).
-                    None => Bytes::new(),
-                }
-            }
+    /// Hands what was gathered to the write-ahead object's writer.
+    async fn write_ahead(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some(store) = &self.store else {
+            self.batch.extend_from_slice(bytes);
+            return Ok(());
         };
-        let producer = self.producer()?;
-        let options = self.options.clone();
-        let partition = self.partition;
-        let (group, checkpoint) = (p.marker_group.clone(), p.checkpoint);
-        blocking(move || {
-            let marker = MarkerGroup::new(&options, &group)?;
-            let marked = marker.committed()?;
-            if marked.is_some_and(|c| c >= checkpoint) {
-                tracing::info!(checkpoint, group, "Kafka sink: checkpoint already written");
-                return Ok(());
-            }
-            tracing::info!(
-                checkpoint,
-                group,
-                ?marked,
-                bytes = frames.len(),
-                "Kafka sink: writing a checkpoint's records"
+        if self.ahead.is_none() {
+            let file = write_ahead::object(
+                &self.transactional_id,
+                &self.ctx.job_id,
+                self.last_checkpoint,
+                &self.writer_id,
             );
-            if frames.is_empty() {
-                return Ok(());
+            self.ahead = Some(WriteAhead {
+                writer: store.writer(&file).await?,
+                file,
+                piece: Vec::with_capacity(WRITE_AHEAD_PIECE),
+            });
+        }
+        if let Some(a) = self.ahead.as_mut() {
+            a.piece.extend_from_slice(bytes);
+            if a.piece.len() >= WRITE_AHEAD_PIECE {
+                let piece = std::mem::replace(&mut a.piece, Vec::with_capacity(WRITE_AHEAD_PIECE));
+                a.writer.write(piece).await?;
             }
-            producer.begin_transaction().map_err(kafka_error)?;
-            let written = send_all(&producer, &options.topic, partition, &frames)
-                .and_then(|()| marker.commit_in(&producer, checkpoint))
-                .and_then(|()| producer.commit_transaction(COMMIT_TIMEOUT).map_err(kafka_error))
-                .and_then(|()| delivery_failure(&producer));
-            if let Err(e) = written {
-                let _ = producer.abort_transaction(COMMIT_TIMEOUT);
-                return Err(e);
-            }
-            Ok(())
-        })
-        .await?;
-        // Written (or found written): the object goes. Its marker, not its absence, tells a
-        // restore that the records were written (a process can die between the commit and the
-        // removal); one that finds the object gone reads it as empty and writes nothing.
-        if let Some(store) = &self.store
-            && !p.file.is_empty()
-            && let Err(e) = store.delete(&p.file).await
-        {
-            tracing::warn!("Kafka sink: removing the write-ahead object {}: {e}", p.file);
         }
         Ok(())
+    }
+
+    /// Completes the open write-ahead object, if any: the records after the last barrier, as a
+    /// pending checkpoint `checkpoint` (or the records themselves, without storage).
+    async fn seal(&mut self, checkpoint: u64) -> Result<Option<Pending>> {
+        let (file, frames) = match self.ahead.take() {
+            Some(mut a) => {
+                let piece = std::mem::take(&mut a.piece);
+                if !piece.is_empty() {
+                    a.writer.write(piece).await?;
+                }
+                a.writer.close().await?;
+                (a.file, None)
+            }
+            None if self.batch.is_empty() => return Ok(None),
+            None => (String::new(), Some(Bytes::from(std::mem::take(&mut self.batch)))),
+        };
+        Ok(Some(Pending {
+            checkpoint,
+            file,
+            marker_group: self.marker_group.clone(),
+            transactional_id: self.transactional_id.clone(),
+            frames,
+        }))
     }
 
     /// Removes what earlier attempts of this run wrote ahead for checkpoints that never completed
@@ -314,9 +318,13 @@ impl KafkaSinkWriter {
         }
     }
 
+    /// What a restore needs: every checkpoint not known to be written, those the commit task is
+    /// writing included (a restore writes them, unless their markers say it was done).
     fn state(&self) -> Result<Option<String>> {
+        let committing = self.committing.iter().flat_map(|c| &c.checkpoints);
+        let unwritten: Vec<&Pending> = committing.chain(&self.pending).collect();
         Ok(Some(
-            serde_json::to_string(&self.pending).map_err(|e| error(format!("sink state: {e}")))?,
+            serde_json::to_string(&unwritten).map_err(|e| error(format!("sink state: {e}")))?,
         ))
     }
 }
@@ -328,8 +336,7 @@ impl SinkWriter for KafkaSinkWriter {
             self.start().await?;
         }
         if self.exactly_once() {
-            self.batch.extend_from_slice(&bytes);
-            return Ok(());
+            return self.write_ahead(&bytes).await;
         }
         let producer = self.producer()?;
         let (topic, partition) = (self.options.topic.clone(), self.partition);
@@ -351,33 +358,22 @@ impl SinkWriter for KafkaSinkWriter {
             DeliveryGuarantee::AtLeastOnce => {
                 let producer = self.producer()?;
                 blocking(move || {
-                    producer.flush(COMMIT_TIMEOUT).map_err(kafka_error)?;
+                    crate::commit::flush_progressing(&producer)?;
                     delivery_failure(&producer)
                 })
                 .await?;
                 Ok(None)
             }
             DeliveryGuarantee::ExactlyOnce => {
-                let frames = Bytes::from(std::mem::take(&mut self.batch));
-                if !frames.is_empty() {
-                    let file = write_ahead::object(
-                        &self.transactional_id,
-                        &self.ctx.job_id,
-                        checkpoint,
-                        &self.writer_id,
-                    );
-                    let store = self
-                        .store
-                        .as_ref()
-                        .ok_or_else(|| error("no job storage for the write-ahead log"))?;
-                    store.put(&file, frames.clone()).await?;
-                    self.pending.push(Pending {
-                        checkpoint,
-                        file,
-                        marker_group: self.marker_group.clone(),
-                        transactional_id: self.transactional_id.clone(),
-                        frames: Some(frames),
-                    });
+                // A commit task that failed fails the sink now, not at the next commit.
+                if self.committing.as_ref().is_some_and(|c| c.task.is_finished()) {
+                    self.committed().await?;
+                }
+                if let Some(p) = self.seal(checkpoint).await? {
+                    if p.frames.is_some() {
+                        return Err(error("no job storage for the write-ahead log"));
+                    }
+                    self.pending.push(p);
                 }
                 self.state()
             }
@@ -395,9 +391,22 @@ impl SinkWriter for KafkaSinkWriter {
             .into_iter()
             .partition(|p| p.checkpoint <= checkpoint);
         self.pending = later;
-        for p in due {
-            self.write_pending(p).await?;
+        if due.is_empty() {
+            return Ok(());
         }
+        // On a task of its own: the records go on while a checkpoint's records are written to
+        // Kafka. One commit task at a time, so markers advance in checkpoint order; a commit
+        // waits here only for the one before it.
+        self.committed().await?;
+        let committer = self.committer()?;
+        let checkpoints = due.clone();
+        let task = tokio::spawn(async move {
+            for p in due {
+                committer.write_pending(p).await?;
+            }
+            Ok(())
+        });
+        self.committing = Some(Committing { checkpoints, task });
         Ok(())
     }
 
@@ -408,23 +417,13 @@ impl SinkWriter for KafkaSinkWriter {
         if self.exactly_once() {
             // The end of the input: what is pending, then what came after the last barrier, in
             // one more transaction with a marker past the last checkpoint.
-            let pending = std::mem::take(&mut self.pending);
-            for p in pending {
-                self.write_pending(p).await?;
-            }
-            let frames = Bytes::from(std::mem::take(&mut self.batch));
-            let last = Pending {
-                checkpoint: self.last_checkpoint + 1,
-                file: String::new(),
-                marker_group: self.marker_group.clone(),
-                transactional_id: self.transactional_id.clone(),
-                frames: Some(frames),
-            };
-            return self.write_pending(last).await;
+            let mut due = std::mem::take(&mut self.pending);
+            due.extend(self.seal(self.last_checkpoint + 1).await?);
+            return self.write_now(due).await;
         }
         let producer = self.producer()?;
         blocking(move || {
-            producer.flush(COMMIT_TIMEOUT).map_err(kafka_error)?;
+            crate::commit::flush_progressing(&producer)?;
             delivery_failure(&producer)
         })
         .await
@@ -440,16 +439,17 @@ impl SinkWriter for KafkaSinkWriter {
         if !self.started {
             self.start().await?;
         }
-        if !self.batch.is_empty() {
+        if let Some(a) = self.ahead.take() {
             tracing::warn!(
-                bytes = self.batch.len(),
+                object = %a.file,
                 "Kafka sink: stopped with a savepoint; records after its barrier are not written"
             );
+            if let Err(e) = a.writer.abort().await {
+                tracing::warn!("Kafka sink: abandoning the write-ahead object {}: {e}", a.file);
+            }
         }
-        for p in std::mem::take(&mut self.pending) {
-            self.write_pending(p).await?;
-        }
-        Ok(())
+        let pending = std::mem::take(&mut self.pending);
+        self.write_now(pending).await
     }
 }
 
@@ -489,110 +489,4 @@ fn make_producer(options: &SinkOptions, transactional_id: Option<&str>) -> Resul
             options.bootstrap_servers
         ))
     })
-}
-
-/// Sends every frame of `frames` (blocking while librdkafka's queue is full).
-fn send_all(producer: &Kafka, topic: &str, partition: Option<i32>, frames_: &[u8]) -> Result<()> {
-    for frame in frames(frames_) {
-        let (key, value) = decode_frame(frame);
-        loop {
-            let mut record = BaseRecord::to(topic).payload(value);
-            if let Some(k) = key {
-                record = record.key(k);
-            }
-            if let Some(p) = partition {
-                record = record.partition(p);
-            }
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                    producer.poll(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(error(format!("sending to topic {topic}: {e}"))),
-            }
-        }
-    }
-    Ok(())
-}
-
-fn delivery_failure(producer: &Kafka) -> Result<()> {
-    let failed = producer
-        .context()
-        .failed
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    match failed {
-        Some(e) => Err(error(format!("the broker refused a record: {e}"))),
-        None => Ok(()),
-    }
-}
-
-/// The consumer group whose committed offset (on the sink's topic, partition 0) is the last
-/// checkpoint a sink subtask wrote.
-struct MarkerGroup {
-    consumer: BaseConsumer,
-    topic: String,
-}
-
-impl MarkerGroup {
-    fn new(options: &SinkOptions, group: &str) -> Result<Self> {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &options.bootstrap_servers)
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .map_err(|e| {
-                error(format!(
-                    "cannot make a consumer for {}: {e}",
-                    options.bootstrap_servers
-                ))
-            })?;
-        Ok(MarkerGroup {
-            consumer,
-            topic: options.topic.clone(),
-        })
-    }
-
-    fn partition(&self, offset: Offset) -> Result<TopicPartitionList> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, 0, offset)
-            .map_err(kafka_error)?;
-        Ok(tpl)
-    }
-
-    /// The last checkpoint marked, if any.
-    fn committed(&self) -> Result<Option<u64>> {
-        let offsets = self
-            .consumer
-            .committed_offsets(self.partition(Offset::Invalid)?, REQUEST_TIMEOUT)
-            .map_err(kafka_error)?;
-        Ok(offsets
-            .elements()
-            .first()
-            .and_then(|e| e.offset().to_raw())
-            .and_then(|o| u64::try_from(o).ok()))
-    }
-
-    /// Marks `checkpoint` in the producer's open transaction.
-    fn commit_in(&self, producer: &Kafka, checkpoint: u64) -> Result<()> {
-        let metadata = self
-            .consumer
-            .group_metadata()
-            .ok_or_else(|| error("the marker group has no metadata"))?;
-        let offset = i64::try_from(checkpoint).map_err(|_| error("checkpoint id out of range"))?;
-        producer
-            .send_offsets_to_transaction(
-                &self.partition(Offset::Offset(offset))?,
-                &metadata,
-                COMMIT_TIMEOUT,
-            )
-            .map_err(kafka_error)
-    }
-}
-
-async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| error(format!("Kafka request: {e}")))?
 }

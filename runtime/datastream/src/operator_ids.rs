@@ -123,3 +123,44 @@ pub(crate) fn state_owners(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::StreamExecutionEnvironment;
+
+    /// Issue 31, item 5: a uid names an operator's state, so two operators with one uid are
+    /// refused, naming both.
+    #[test]
+    fn a_uid_set_on_two_operators_is_refused_naming_both() {
+        let env = StreamExecutionEnvironment::new();
+        let words = env.from_collection(vec![("a".to_string(), 1u64)]).uid("words");
+        words
+            .key_by(|w: &(String, u64)| w.0.clone())
+            .reduce(|a, b| (a.0, a.1 + b.1))
+            .uid("words")
+            .print();
+        let e = env.build().expect_err("refused").to_string();
+        assert!(e.contains("uid \"words\" is set on two operators"), "{e}");
+        assert!(e.contains("each must be unique"), "{e}");
+    }
+
+    /// The operators the JobManager warns about: those that keep state with a uid derived from
+    /// their place in the graph, not those with a uid of the job's or without state.
+    #[test]
+    fn stateful_operators_without_a_uid_are_the_ones_warned_about() {
+        let env = StreamExecutionEnvironment::new();
+        let words = env.from_collection(vec![("a".to_string(), 1u64)]).uid("words");
+        let counted = words
+            .key_by(|w: &(String, u64)| w.0.clone())
+            .reduce(|a, b| (a.0, a.1 + b.1));
+        let named = counted
+            .key_by(|w: &(String, u64)| w.0.clone())
+            .reduce(|a, b| (a.0, a.1.max(b.1)))
+            .uid("max");
+        named.map(|w: (String, u64)| w.1).print().uid("out");
+        let built = env.build().expect("builds");
+        let warned = built.stateful_operators_without_uid();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert_eq!(warned, ["Reduce (vertex reduce)"]);
+    }
+}

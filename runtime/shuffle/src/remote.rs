@@ -173,7 +173,7 @@ async fn upload_subpartition(
         object.write(framed).await?;
         at = end;
     }
-    object.close().await
+    object.close().await.map(|_| ())
 }
 
 /// Bytes of frames an upload writes at a time.

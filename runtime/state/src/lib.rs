@@ -297,11 +297,11 @@ impl KeyedStateBackend for HashMapStateBackend {
     }
 
     fn prepare_snapshot(&mut self, _checkpoint: u64) -> Result<Box<dyn PreparedSnapshot>> {
-        Ok(Box::new(FullSnapshot(envelope::seal(&self.encode()))))
+        Ok(Box::new(FullSnapshot(self.encode())))
     }
 }
 
-/// A full snapshot, encoded: one object in the checkpoint's task directory.
+/// A full snapshot, encoded (sealed as it is uploaded): one object in the checkpoint's task directory.
 #[derive(Debug)]
 struct FullSnapshot(Bytes);
 
@@ -309,8 +309,8 @@ struct FullSnapshot(Bytes);
 impl PreparedSnapshot for FullSnapshot {
     async fn upload(self: Box<Self>, target: &SnapshotTarget) -> Result<TaskSnapshot> {
         let path = format!("{}/keyed-state", target.dir);
-        let size = self.0.len() as u64;
-        target.store.create(&path, self.0).await?;
+        let size = (self.0.len() + envelope::HEADER) as u64;
+        target.store.create_sealed(&path, self.0).await?;
         Ok(TaskSnapshot {
             files: vec![path],
             uploaded_bytes: size,

@@ -8,16 +8,24 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::{Error, Result};
 
 const MAGIC: &[u8; 5] = b"FLOE1";
-const HEADER: usize = MAGIC.len() + 8 + 4;
+pub const HEADER: usize = MAGIC.len() + 8 + 4;
 
 /// Frames a payload.
 pub fn seal(payload: &[u8]) -> Bytes {
     let mut out = BytesMut::with_capacity(HEADER + payload.len());
-    out.put_slice(MAGIC);
-    out.put_u64_le(payload.len() as u64);
-    out.put_u32_le(crc32fast::hash(payload));
+    out.put_slice(&header(payload));
     out.put_slice(payload);
     out.freeze()
+}
+
+/// The frame's header for `payload`: written before it, the pair is what [`seal`] makes, without
+/// copying the payload ([`crate::ObjectStore::create_sealed`]).
+pub fn header(payload: &[u8]) -> [u8; HEADER] {
+    let mut out = [0u8; HEADER];
+    out[..MAGIC.len()].copy_from_slice(MAGIC);
+    out[5..13].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    out[13..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out
 }
 
 /// Checks a frame read from `url` and returns its payload.
@@ -76,5 +84,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a Floe object"), "{e}");
+    }
+
+    #[test]
+    fn the_header_and_the_payload_are_the_sealed_object() {
+        let payload = b"a payload of a heap snapshot";
+        let mut pair = header(payload).to_vec();
+        pair.extend_from_slice(payload);
+        assert_eq!(pair, seal(payload));
     }
 }

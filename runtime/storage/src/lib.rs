@@ -11,7 +11,14 @@
 pub mod envelope;
 pub mod faults;
 #[cfg(feature = "testing")]
+pub mod faulty_proxy;
+mod stream;
+#[cfg(feature = "testing")]
 pub mod testing;
+
+pub use stream::{
+    DEFAULT_PART_TIMEOUT, ObjectReader, ObjectWriter, PART_SIZE, PART_TIMEOUT_KEY, PARTS_IN_FLIGHT,
+};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -130,7 +137,10 @@ fn setting(conf: &BTreeMap<String, String>, key: &str, env: &[&str]) -> Option<S
 /// A bucket or directory, and a prefix inside it that every path is relative to.
 #[derive(Debug, Clone)]
 pub struct ObjectStore {
+    /// Calls that end quickly or fail: every request bounded by [`CALL_TIMEOUT`] / [`IO_TIMEOUT`].
     op: Operator,
+    /// Streamed transfers ([`stream`]): the same store, each part bounded by the part deadline.
+    bulk: Operator,
     /// Prefix inside the operator's root: empty or ending with `/`, no leading `/`.
     prefix: String,
     /// The URL of the prefix, for messages (`s3://bucket/prefix/`).
@@ -221,23 +231,30 @@ impl ObjectStore {
         // request on a dead connection gets no answer and no reset, and without a bound it would
         // wait as long as TCP retransmits (minutes) while its caller holds what it holds (the
         // JobManager's operation log, a checkpoint upload). Timed-out calls count as temporary.
-        let op = op.layer(
-            TimeoutLayer::new()
-                .with_timeout(CALL_TIMEOUT)
-                .with_io_timeout(IO_TIMEOUT),
-        );
-        let op = op.layer(
-            RetryLayer::new()
-                .with_max_times(5)
-                .with_min_delay(Duration::from_millis(50))
-                .with_max_delay(Duration::from_secs(2))
-                .with_jitter(),
-        );
+        let layered = |io_timeout| {
+            op.clone()
+                .layer(
+                    TimeoutLayer::new()
+                        .with_timeout(CALL_TIMEOUT)
+                        .with_io_timeout(io_timeout),
+                )
+                .layer(
+                    RetryLayer::new()
+                        .with_max_times(5)
+                        .with_min_delay(Duration::from_millis(50))
+                        .with_max_delay(Duration::from_secs(2))
+                        .with_jitter(),
+                )
+        };
+        // A part is a body of up to PART_SIZE: it gets the part deadline, not IO_TIMEOUT.
+        let bulk = layered(stream::part_timeout(conf)?);
+        let op = layered(IO_TIMEOUT);
         let prefix = normalize_prefix(&prefix);
         let url = format!("{base}{prefix}");
         let faults = faults::Faults::from_configuration(conf)?.map(std::sync::Arc::new);
         Ok(ObjectStore {
             op,
+            bulk,
             prefix,
             url,
             faults,
@@ -250,6 +267,7 @@ impl ObjectStore {
         let url = format!("{}{}", self.url.trim_end_matches(&self.prefix), prefix);
         ObjectStore {
             op: self.op.clone(),
+            bulk: self.bulk.clone(),
             prefix,
             url,
             faults: self.faults.clone(),
@@ -310,9 +328,13 @@ impl ObjectStore {
         }
     }
 
-    /// Writes an object, replacing any previous one.
+    /// Writes an object, replacing any previous one. A body larger than a part goes in parts
+    /// ([`ObjectStore::writer`]), never in one request under one deadline.
     pub async fn put(&self, path: &str, bytes: impl Into<Bytes>) -> Result<()> {
         let bytes: Bytes = bytes.into();
+        if bytes.len() > PART_SIZE {
+            return self.write_in_parts(self.writer(path).await?, bytes).await;
+        }
         self.write_op(path, async {
             self.op
                 .write(&self.full(path), bytes)
@@ -324,7 +346,8 @@ impl ObjectStore {
     }
 
     /// Creates an object only if none exists at `path`; [`Error::AlreadyExists`] otherwise. On S3 this
-    /// is `If-None-Match: *`, on a file system an exclusive create.
+    /// is `If-None-Match: *` (on the completion of an upload in parts when the body is larger than
+    /// a part), on a file system an exclusive create.
     pub async fn create(&self, path: &str, bytes: impl Into<Bytes>) -> Result<()> {
         if !self.op.info().capability().write_with_if_not_exists {
             return Err(Error::NoConditionalCreate {
@@ -332,6 +355,9 @@ impl ObjectStore {
             });
         }
         let bytes: Bytes = bytes.into();
+        if bytes.len() > PART_SIZE {
+            return self.write_in_parts(self.creator(path).await?, bytes).await;
+        }
         self.write_op(path, async {
             self.op
                 .write_with(&self.full(path), bytes)
@@ -378,25 +404,6 @@ impl ObjectStore {
                 .map_err(|e| self.io(path, e))
         })
         .await
-    }
-
-    /// Writes an object piece by piece (multipart on S3), replacing any previous one: only the
-    /// pieces in flight are held in memory. The object exists once [`ObjectWriter::close`]
-    /// returned.
-    pub async fn writer(&self, path: &str) -> Result<ObjectWriter> {
-        let writer = self
-            .write_op(path, async {
-                self.op
-                    .writer(&self.full(path))
-                    .await
-                    .map_err(|e| self.io(path, e))
-            })
-            .await?;
-        Ok(ObjectWriter {
-            store: self.clone(),
-            path: path.to_string(),
-            writer,
-        })
     }
 
     /// Reads an object, or `None` when it is missing.
@@ -509,47 +516,31 @@ impl ObjectStore {
         .await
     }
 
+    /// [`ObjectStore::create`] of [`envelope::seal`]`(payload)`, without copying the payload into
+    /// the frame: a heap snapshot of gigabytes is not held twice.
+    pub async fn create_sealed(&self, path: &str, payload: Bytes) -> Result<()> {
+        if payload.len() + envelope::HEADER <= PART_SIZE {
+            return self.create(path, envelope::seal(&payload)).await;
+        }
+        let mut writer = self.creator(path).await?;
+        writer.write(envelope::header(&payload).to_vec()).await?;
+        self.write_in_parts(writer, payload).await
+    }
+
+    /// Sends `bytes` through `writer` a part at a time (slices of one buffer: no copy).
+    async fn write_in_parts(&self, mut writer: ObjectWriter, bytes: Bytes) -> Result<()> {
+        let mut at = 0;
+        while at < bytes.len() {
+            let end = (at + PART_SIZE).min(bytes.len());
+            writer.write(bytes.slice(at..end)).await?;
+            at = end;
+        }
+        writer.close().await.map(|_| ())
+    }
+
     /// The opendal operator and the full path of `path`, for streaming reads and writes.
     pub fn raw(&self, path: &str) -> (Operator, String) {
         (self.op.clone(), self.full(path))
-    }
-}
-
-/// A streaming write of one object ([`ObjectStore::writer`]); errors name the object.
-pub struct ObjectWriter {
-    store: ObjectStore,
-    path: String,
-    writer: opendal::Writer,
-}
-
-impl std::fmt::Debug for ObjectWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObjectWriter").field("path", &self.path).finish()
-    }
-}
-
-impl ObjectWriter {
-    pub async fn write(&mut self, bytes: impl Into<Bytes>) -> Result<()> {
-        let bytes: Bytes = bytes.into();
-        let (store, path, writer) = (&self.store, &self.path, &mut self.writer);
-        store
-            .write_op(path, async {
-                writer.write(bytes).await.map_err(|e| store.io(path, e))
-            })
-            .await
-    }
-
-    pub async fn close(mut self) -> Result<()> {
-        let store = self.store.clone();
-        store
-            .write_op(&self.path, async {
-                self.writer
-                    .close()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| self.store.io(&self.path, e))
-            })
-            .await
     }
 }
 

@@ -54,6 +54,7 @@ async fn keyed_state(
     restore: Option<&(u64, SubtaskRestore)>,
     key_groups: std::ops::Range<u32>,
     configuration: &std::collections::BTreeMap<String, String>,
+    memory: Option<&crate::memory::StateMemory>,
 ) -> Result<Option<KeyedStateInit>, floe_state::Error> {
     let snapshots: Vec<TaskSnapshot> = restore.map(|(_, r)| r.keyed.clone()).unwrap_or_default();
     // A savepoint's files are in its own directory, not the job storage.
@@ -72,9 +73,10 @@ async fn keyed_state(
             let with_files: Vec<TaskSnapshot> =
                 snapshots.into_iter().filter(|s| !s.files.is_empty()).collect();
             let db = if with_files.is_empty() {
-                RocksDbStateBackend::open(dir, key_groups)?
+                RocksDbStateBackend::open_sharing(dir, key_groups, memory)?
             } else {
-                let db = RocksDbStateBackend::restore(dir, &store, &with_files, key_groups).await?;
+                let db = RocksDbStateBackend::restore_sharing(dir, &store, &with_files, key_groups, memory)
+                    .await?;
                 if foreign.is_some() {
                     db.disown_restored_files();
                 }
@@ -84,7 +86,7 @@ async fn keyed_state(
         }
         #[cfg(not(feature = "rocksdb"))]
         StateBackendKind::RocksDb => {
-            let _ = dir;
+            let _ = (dir, memory);
             return Err(floe_state::Error::Backend {
                 backend: "rocksdb".into(),
                 message: "state.backend.type: rocksdb, but this floe was built without the rocksdb feature"
@@ -261,6 +263,7 @@ impl TaskManager {
         let task_id = id.clone();
         let task_metrics = metrics.clone();
         let failed = (self.clone(), id.clone(), metrics.clone());
+        let memory = self.inner.state_memory.clone();
         let body = async move {
             this.report(&task_id, ExecutionState::Initializing).await;
             // Keyed state first (a restore downloads it), then the chain.
@@ -273,6 +276,7 @@ impl TaskManager {
                         restore.as_ref(),
                         key_groups,
                         &ctx.configuration,
+                        memory.as_ref(),
                     )
                     .await
                     .map_err(|e| e.to_string()),

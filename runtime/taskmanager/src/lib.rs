@@ -41,6 +41,7 @@ mod checkpoints;
 mod deployment;
 mod executor;
 pub mod history;
+pub mod memory;
 mod metrics;
 mod registration;
 mod tasks;
@@ -67,6 +68,8 @@ pub struct TaskManagerConfig {
     pub registry: JobRegistry,
     /// Where its own `/metrics` is served (`None`: not served).
     pub metrics_address: Option<SocketAddr>,
+    /// Bytes its RocksDB instances share ([`memory::managed_memory`]); `None`: no bound.
+    pub managed_memory: Option<u64>,
 }
 
 /// The TaskManager's shared state.
@@ -96,6 +99,8 @@ struct Inner {
     data_dir: PathBuf,
     /// Slots it offers (its `/metrics`).
     slots: u32,
+    /// The managed memory its RocksDB instances share, if bounded.
+    state_memory: Option<memory::StateMemory>,
 }
 
 impl TaskManager {
@@ -226,6 +231,7 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
             tasks: Mutex::new(HashMap::new()),
             data_dir: config.data_dir.clone(),
             slots: config.slots,
+            state_memory: config.managed_memory.map(memory::StateMemory::new),
         }),
     };
     let server = floe_proto::tls::server_builder()
@@ -274,6 +280,9 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
         "floe taskmanager {} listening {address} slots={}{metrics}",
         config.id, config.slots
     );
+    if let Some(bytes) = config.managed_memory {
+        tracing::info!(id = %config.id, bytes, "managed memory: its RocksDB instances share {} MiB", bytes >> 20);
+    }
     tracing::info!(id = %config.id, %address, "registered with JobManager {}", response.jobmanager_id);
     let interval = Duration::from_millis(response.heartbeat_interval_ms.max(100));
     let timeout = Duration::from_millis(response.heartbeat_timeout_ms).max(interval * 2);
@@ -309,6 +318,7 @@ mod tests {
                 tasks: Mutex::new(HashMap::new()),
                 data_dir: dir.to_path_buf(),
                 slots: 1,
+                state_memory: None,
             }),
         }
     }

@@ -28,6 +28,20 @@ impl TaskManager {
             &tm,
             rss as f64,
         );
+        if let Some(memory) = &self.inner.state_memory {
+            g.set(
+                "flink_taskmanager_Status_Flink_Memory_Managed_Total",
+                "Bytes of managed memory (the budget the RocksDB instances share)",
+                &tm,
+                memory.budget() as f64,
+            );
+            g.set(
+                "flink_taskmanager_Status_Flink_Memory_Managed_Used",
+                "Bytes of managed memory in use: cached blocks and memtables",
+                &tm,
+                memory.used() as f64,
+            );
+        }
         g.set(
             "flink_taskmanager_Status_Shuffle_Memory_Used",
             "Bytes of shuffle buffers held",

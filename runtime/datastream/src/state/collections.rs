@@ -311,8 +311,10 @@ impl<'c, 'a, K: Data + Hash + Eq, UK: Data, UV: Data> MapHandle<'c, 'a, K, UK, U
         self.entries().into_iter().map(|(_, v)| v).collect()
     }
 
-    /// No (live) entry: one seek on RocksDB without a time to live, a scan to the first live
-    /// entry with one.
+    /// No entry a read would return: one seek on RocksDB without a time to live; with one, a scan
+    /// to the first live entry (any entry, when the state returns expired values not cleaned up
+    /// yet). It reads no value, so under `OnReadAndWrite` it starts no entry's time again, as
+    /// reading an entry's value does; nor does it remove expired entries (a read of them does).
     pub fn is_empty(&mut self) -> bool {
         let mut empty = true;
         match self.d.ttl {
@@ -320,10 +322,11 @@ impl<'c, 'a, K: Data + Hash + Eq, UK: Data, UV: Data> MapHandle<'c, 'a, K, UK, U
                 empty = false;
                 false
             }),
-            Some(_) => {
+            Some(ttl) => {
                 let now = super::ttl::now_ms();
+                let counts_expired = ttl.returns_expired();
                 self.stamped().for_each(|_, stored| {
-                    empty = stored.expired(now);
+                    empty = !counts_expired && stored.expired(now);
                     empty
                 })
             }

@@ -143,25 +143,11 @@ impl<K, T> ListTable<K, T> {
     /// whose list is left empty goes).
     pub(crate) fn cleanup(&mut self, now: i64, n: usize) {
         let Some(e) = self.expiry.as_mut() else { return };
-        let mut key = e.cursor.0;
-        for _ in 0..n {
-            if key >= self.map.len() {
-                if self.map.is_empty() {
-                    break;
-                }
-                key = 0;
-            }
-            let Some((_, list)) = self.map.get_index_mut(key) else {
-                break;
-            };
-            list.retain(|v| e.live(v, now));
-            if list.is_empty() {
-                self.map.swap_remove_index(key);
-            } else {
-                key += 1;
-            }
-        }
-        e.cursor.0 = key;
+        let of = e.of;
+        cleanup_keys(&mut self.map, &mut e.cursor.0, n, |list| {
+            list.retain(|v| of(v) > now);
+            !list.is_empty()
+        });
     }
 }
 
@@ -176,25 +162,37 @@ impl<K, T> ValueTable<K, T> {
     /// Checks the values of `n` keys from the cursor and removes the expired ones.
     pub(crate) fn cleanup(&mut self, now: i64, n: usize) {
         let Some(e) = self.expiry.as_mut() else { return };
-        let mut key = e.cursor.0;
-        for _ in 0..n {
-            if key >= self.map.len() {
-                if self.map.is_empty() {
-                    break;
-                }
-                key = 0;
-            }
-            let Some((_, slot)) = self.map.get_index(key) else {
-                break;
-            };
-            if slot.as_ref().is_none_or(|v| !e.live(v, now)) {
-                self.map.swap_remove_index(key);
-            } else {
-                key += 1;
-            }
-        }
-        e.cursor.0 = key;
+        let of = e.of;
+        cleanup_keys(&mut self.map, &mut e.cursor.0, n, |slot| {
+            slot.as_ref().is_some_and(|v| of(v) > now)
+        });
     }
+}
+
+/// Visits the values of `n` keys from `cursor` (each key once at most: a table of fewer keys is
+/// not walked twice) and removes the keys `keep` says go. A removed key's place takes the last
+/// key, which is visited next, so the cursor stays valid across removals and inserts.
+fn cleanup_keys<K, V>(
+    map: &mut IndexMap<K, V>,
+    cursor: &mut usize,
+    n: usize,
+    mut keep: impl FnMut(&mut V) -> bool,
+) {
+    let mut key = *cursor;
+    for _ in 0..n.min(map.len()) {
+        if key >= map.len() {
+            key = 0;
+        }
+        let Some((_, value)) = map.get_index_mut(key) else {
+            break;
+        };
+        if keep(value) {
+            key += 1;
+        } else {
+            map.swap_remove_index(key);
+        }
+    }
+    *cursor = key;
 }
 
 fn corrupt(name: &str, what: &str, e: Error) -> Error {

@@ -7,10 +7,12 @@
 //!
 //! - full snapshots (the heap backend's) leave them out, and a restore drops them;
 //! - the heap backend checks a few keys of a state at every access to it (`cleanup_incrementally`,
-//!   on by default with 5 keys, as in Flink);
+//!   on by default with 5 keys, as in Flink, whose option to check at every record of the task
+//!   is not here: a state no record accesses any more is cleaned by the next full snapshot);
 //! - RocksDB's compactions drop them, always: a value or map entry whose time has passed, a list
-//!   whose every element's has (a list with some live elements keeps its expired ones until an
-//!   access rewrites it: the filter can only keep or drop a stored value).
+//!   whose every element's has; and a compaction that merges a list's appends leaves its expired
+//!   elements out, so an append-only list is trimmed as it grows (a list written whole and never
+//!   appended to again keeps its expired elements until the last one expires).
 //!
 //! So a key that is never seen again goes after `ttl`, which is what keeps a regular join's or a
 //! session function's state from growing for ever.

@@ -194,6 +194,13 @@ impl ObjectWriter {
         Ok(())
     }
 
+    /// Abandons the object: the parts sent so far are discarded (an S3 multipart upload is
+    /// aborted), and the object never appears.
+    pub async fn abort(mut self) -> Result<()> {
+        let (store, path) = (self.store.clone(), self.path.clone());
+        self.writer.abort().await.map_err(|e| store.io(&path, e))
+    }
+
     /// Sends what is left and completes the object; returns its size.
     pub async fn close(mut self) -> Result<u64> {
         let store = self.store.clone();

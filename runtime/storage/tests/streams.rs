@@ -37,12 +37,24 @@ async fn files_and_copies_keep_every_byte(store: &ObjectStore, other: &ObjectSto
     let bytes = payload();
     let local = dir.join("in");
     std::fs::write(&local, &bytes).unwrap();
-    assert_eq!(store.upload_file("a/in", &local).await.unwrap(), bytes.len() as u64);
+    assert_eq!(
+        store.upload_file("a/in", &local).await.unwrap(),
+        bytes.len() as u64
+    );
     assert_eq!(store.get("a/in").await.unwrap(), bytes.as_slice());
-    assert_eq!(store.copy_to("a/in", other, "b/copy").await.unwrap(), bytes.len() as u64);
+    assert_eq!(
+        store.copy_to("a/in", other, "b/copy").await.unwrap(),
+        bytes.len() as u64
+    );
     let back = dir.join("back");
-    assert_eq!(other.download_file("b/copy", &back).await.unwrap(), bytes.len() as u64);
-    assert!(std::fs::read(&back).unwrap() == bytes, "the downloaded copy differs");
+    assert_eq!(
+        other.download_file("b/copy", &back).await.unwrap(),
+        bytes.len() as u64
+    );
+    assert!(
+        std::fs::read(&back).unwrap() == bytes,
+        "the downloaded copy differs"
+    );
     let e = store
         .upload_file("a/none", &dir.join("missing"))
         .await
@@ -110,5 +122,9 @@ async fn a_conditional_create_in_parts_fails_when_the_object_exists() {
     let e = second.close().await.unwrap_err();
     assert!(matches!(e, Error::AlreadyExists { .. }), "{e}");
     assert!(e.to_string().contains("once already exists"), "{e}");
-    assert_eq!(store.get("once").await.unwrap(), first.as_slice(), "the first create wins");
+    assert_eq!(
+        store.get("once").await.unwrap(),
+        first.as_slice(),
+        "the first create wins"
+    );
 }

@@ -169,7 +169,8 @@ fn serve(plan: &Plan, mut client: TcpStream) -> std::io::Result<()> {
         plan.copy_paced(&mut client, &mut body, length)?;
         if part.is_some_and(|n| plan.fail_parts.lock().unwrap().remove(&n)) {
             plan.failed.fetch_add(1, Ordering::Relaxed);
-            let xml = "<Error><Code>InternalError</Code><Message>injected by the test proxy</Message></Error>";
+            let xml =
+                "<Error><Code>InternalError</Code><Message>injected by the test proxy</Message></Error>";
             write!(
                 client,
                 "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{xml}",

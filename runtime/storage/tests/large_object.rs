@@ -70,7 +70,11 @@ async fn a_large_object_moves_through_a_slow_failing_server_part_by_part_in_boun
     }
     let size = writer.close().await.unwrap();
     assert_eq!(size, (mib * MIB) as u64);
-    assert_eq!(store.size("big").await.unwrap(), size, "the object's size as the server has it");
+    assert_eq!(
+        store.size("big").await.unwrap(),
+        size,
+        "the object's size as the server has it"
+    );
 
     let mut reader = store.reader("big").await.unwrap();
     let (mut read, mut read_bytes) = (crc32fast::Hasher::new(), 0u64);
@@ -80,7 +84,11 @@ async fn a_large_object_moves_through_a_slow_failing_server_part_by_part_in_boun
         read_bytes += part.len() as u64;
     }
     assert_eq!(read_bytes, size, "bytes read back");
-    assert_eq!(read.finalize(), written.finalize(), "the object read back is the one written");
+    assert_eq!(
+        read.finalize(),
+        written.finalize(),
+        "the object read back is the one written"
+    );
 
     assert_eq!(proxy.failed_parts(), 1, "the injected 500 reached a part");
     assert_eq!(proxy.stalled_parts(), 1, "the injected stall reached a part");
