@@ -13,8 +13,9 @@
 //! through the same kill. `three_taskmanager_kills_*`: a longer run loses three TaskManagers one
 //! after the other under the default restart strategy of a checkpointing job (exponential-delay);
 //! `a_taskmanager_sigterm_costs_one_restart`: a TaskManager stopped with SIGTERM is one failure.
-//! `*_map_state_job_*` (issue 33): the `map-state` job's per-entry map and list state on either
-//! backend, checkpointing while it runs, ends with each key's entries and checksum as computed here.
+//! `*_map_state_job_*` (issue 33): the `map-state` job's per-entry map and list state, and a
+//! process window's contents, on either backend, checkpointing while it runs, end with each key's
+//! entries and checksum as computed here.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -592,7 +593,8 @@ impl Drop for KillOnDrop {
 }
 
 /// Issue 33: the `map-state` job's per-entry state (a map per key: a `get` and a `put` per
-/// record; or a list per key: an append per record) on either backend, checkpointing every 100 ms
+/// record; a list per key: an append per record; or one window per key holding every record, as
+/// per-entry contents on RocksDB) on either backend, checkpointing every 100 ms
 /// while it runs at parallelism 2: each key's entries and checksum equal the reference computed
 /// here from the records.
 fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Failed> {
@@ -636,7 +638,8 @@ fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Fai
     let mut sums: BTreeMap<(u64, u64), u64> = BTreeMap::new();
     for n in 0..records {
         let key = n % keys;
-        if state == "list" {
+        // A list and a window hold every record of their key.
+        if state != "map" {
             let e = expected.entry(key).or_default();
             e.0 += 1;
             e.1 = e.1.wrapping_add(floe_datastream::map_state_entry_checksum(0, n));
@@ -719,7 +722,7 @@ fn main() {
         }
     }
     for backend in ["hashmap", "rocksdb"] {
-        for state in ["map", "list"] {
+        for state in ["map", "list", "window"] {
             trials.push(Trial::test(
                 format!("{backend}_map_state_job_{state}"),
                 move || map_state_matches_the_reference(backend, state),

@@ -1,7 +1,8 @@
-//! Per-entry keyed state (issue 33): the per-record cost of a `MapState` `get` + `put` and of a
-//! `ListState::add` against the number of entries under the key, on both state backends, with the
-//! whole-value `MapState` facade of `type State` (decoded and encoded whole at every record) as the
-//! before.
+//! Per-entry keyed state (issue 33): the per-record cost of a `MapState` `get` + `put`, of a
+//! `ListState::add` and of adding to a process window's contents against the number of entries
+//! under the key, on both state backends, with the whole-value `MapState` facade of `type State`
+//! (decoded and encoded whole at every record) as the map's before and a `Vec` in `type State`
+//! (the layout window contents had) as the window's.
 //!
 //! Run: `cargo bench -p floe --bench state_access` (options after `--`: `--records N`, default
 //! 2,000,000; `--sizes A,B,C` entries per key, default 100,10000,1000000; `--whole-records N`,
@@ -86,7 +87,8 @@ fn run(dir: &Path, backend: &str, state: &str, keys: u64, entries: u64, records:
             .arg(dir.join("work")),
     );
     let (lines, counted) = output(&out);
-    let expected = if state == "list" {
+    let listed = matches!(state, "list" | "window" | "whole-list");
+    let expected = if listed {
         records
     } else {
         keys * entries.min(records / keys)
@@ -117,10 +119,10 @@ fn main() {
         "backend", "state", "entries", "keys", "us/record", "vs first"
     );
     for backend in ["hashmap", "rocksdb"] {
-        for state in ["map", "list"] {
+        for state in ["map", "list", "window"] {
             let mut first = None;
             for &size in &sizes {
-                let keys = if state == "list" {
+                let keys = if state != "map" {
                     (records / size).max(1)
                 } else {
                     (records / (2 * size)).max(1)
@@ -144,6 +146,15 @@ fn main() {
                 "whole-map",
                 whole * 1e6,
                 whole / entry
+            );
+            let keys = (whole_records / size).max(1);
+            let whole = run(&dir, backend, "whole-list", keys, size, whole_records);
+            let window = run(&dir, backend, "window", keys, size, whole_records);
+            println!(
+                "{backend:<8} {:<10} {size:>10} {keys:>8} {:>12.3} {:>9.2}x (a Vec in type State / window contents per entry, {whole_records} records)",
+                "whole-list",
+                whole * 1e6,
+                whole / window
             );
         }
     }

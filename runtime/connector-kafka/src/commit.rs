@@ -86,19 +86,15 @@ impl Committer {
     pub(crate) async fn write_pending(&self, p: Pending) -> Result<()> {
         let (options, group) = (self.options.clone(), p.marker_group.clone());
         let marker = Arc::new(blocking(move || MarkerGroup::new(&options, &group)).await?);
-        let reading = marker.clone();
-        let marked = blocking(move || reading.committed()).await?;
-        if marked.is_some_and(|c| c >= p.checkpoint) {
-            tracing::info!(checkpoint = p.checkpoint, group = %p.marker_group, "Kafka sink: checkpoint already written");
-        } else {
-            tracing::info!(
-                checkpoint = p.checkpoint,
-                group = %p.marker_group,
-                ?marked,
-                "Kafka sink: writing a checkpoint's records"
-            );
-            self.transact(&p, marker).await?;
-        }
+        let written = self.write_unless_marked(&p, &marker).await;
+        // The marker group is a consumer whose drop waits on the broker: its last reference is
+        // dropped on a blocking thread, never on the runtime's (here, whatever happened above).
+        blocking(move || {
+            drop(marker);
+            Ok(())
+        })
+        .await?;
+        written?;
         if let Some(store) = &self.store
             && !p.file.is_empty()
             && let Err(e) = store.delete(&p.file).await
@@ -108,8 +104,24 @@ impl Committer {
         Ok(())
     }
 
+    async fn write_unless_marked(&self, p: &Pending, marker: &Arc<MarkerGroup>) -> Result<()> {
+        let reading = marker.clone();
+        let marked = blocking(move || reading.committed()).await?;
+        if marked.is_some_and(|c| c >= p.checkpoint) {
+            tracing::info!(checkpoint = p.checkpoint, group = %p.marker_group, "Kafka sink: checkpoint already written");
+            return Ok(());
+        }
+        tracing::info!(
+            checkpoint = p.checkpoint,
+            group = %p.marker_group,
+            ?marked,
+            "Kafka sink: writing a checkpoint's records"
+        );
+        self.transact(p, marker).await
+    }
+
     /// One transaction: `p`'s records as they are read, then its marker. Aborted on any error.
-    async fn transact(&self, p: &Pending, marker: Arc<MarkerGroup>) -> Result<()> {
+    async fn transact(&self, p: &Pending, marker: &Arc<MarkerGroup>) -> Result<()> {
         let mut records = Records::open(self.store.as_ref(), p).await?;
         let mut began = false;
         let (mut bytes, started) = (0u64, Instant::now());
@@ -128,7 +140,7 @@ impl Committer {
             if !began {
                 return Ok(());
             }
-            let (producer, checkpoint) = (self.producer.clone(), p.checkpoint);
+            let (producer, checkpoint, marker) = (self.producer.clone(), p.checkpoint, marker.clone());
             blocking(move || {
                 marker.commit_in(&producer, checkpoint)?;
                 flush_progressing(&producer)?;

@@ -24,6 +24,11 @@
 //! group its own run marked it in. The transactional id stays `{prefix}-{subtask}` across runs:
 //! a new run's producer fences what an earlier run left open, which would otherwise hold every
 //! `read_committed` reader back until the broker's transaction timeout.
+//!
+//! A limit: one checkpoint's records are one transaction, read back and sent within the
+//! producer's `transaction.timeout.ms` (15 minutes, the broker's default ceiling). An interval
+//! that gathers more than the link moves in 15 minutes (hundreds of GiB at common rates) fails its
+//! commit, and fails it again after every restore: a shorter checkpoint interval is the remedy.
 
 use std::sync::Arc;
 use std::time::Duration;

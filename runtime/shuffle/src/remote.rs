@@ -139,41 +139,45 @@ async fn upload_subpartition(
     entries: &[(u64, u64)],
 ) -> floe_storage::Result<()> {
     let mut object = store.writer(&object_path(id, subpartition)).await?;
-    let mut at = 0;
-    while at < entries.len() {
-        let mut end = at + 1;
-        let mut bytes = entries[at].1 + 4;
-        while end < entries.len() && bytes + entries[end].1 + 4 <= UPLOAD_PIECE {
-            bytes += entries[end].1 + 4;
-            end += 1;
+    let sent = async {
+        let mut at = 0;
+        while at < entries.len() {
+            let mut end = at + 1;
+            let mut bytes = entries[at].1 + 4;
+            while end < entries.len() && bytes + entries[end].1 + 4 <= UPLOAD_PIECE {
+                bytes += entries[end].1 + 4;
+                end += 1;
+            }
+            let piece = entries[at..end].to_vec();
+            let file_path = data_path.to_path_buf();
+            let read = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
+                use std::os::unix::fs::FileExt;
+                let file = std::fs::File::open(&file_path)?;
+                let mut out = BytesMut::with_capacity(usize::try_from(bytes).map_err(std::io::Error::other)?);
+                for (offset, len) in piece {
+                    let len = usize::try_from(len).map_err(std::io::Error::other)?;
+                    let mut buffer = vec![0; len];
+                    file.read_exact_at(&mut buffer, offset)?;
+                    out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
+                    out.put_slice(&buffer);
+                }
+                Ok(out.freeze())
+            })
+            .await;
+            // The local file is unreadable: not a storage fault, and trying again will not help.
+            let framed = read.map_err(std::io::Error::other).and_then(|r| r).map_err(|e| {
+                floe_storage::Error::Corrupt {
+                    url: format!("file://{}", data_path.display()),
+                    reason: format!("cannot read the partition's local data: {e}"),
+                }
+            })?;
+            object.write(framed).await?;
+            at = end;
         }
-        let piece = entries[at..end].to_vec();
-        let file_path = data_path.to_path_buf();
-        let read = tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
-            use std::os::unix::fs::FileExt;
-            let file = std::fs::File::open(&file_path)?;
-            let mut out = BytesMut::with_capacity(usize::try_from(bytes).map_err(std::io::Error::other)?);
-            for (offset, len) in piece {
-                let len = usize::try_from(len).map_err(std::io::Error::other)?;
-                let mut buffer = vec![0; len];
-                file.read_exact_at(&mut buffer, offset)?;
-                out.put_u32_le(u32::try_from(len).map_err(std::io::Error::other)?);
-                out.put_slice(&buffer);
-            }
-            Ok(out.freeze())
-        })
-        .await;
-        // The local file is unreadable: not a storage fault, and trying again will not help.
-        let framed = read.map_err(std::io::Error::other).and_then(|r| r).map_err(|e| {
-            floe_storage::Error::Corrupt {
-                url: format!("file://{}", data_path.display()),
-                reason: format!("cannot read the partition's local data: {e}"),
-            }
-        })?;
-        object.write(framed).await?;
-        at = end;
+        Ok(())
     }
-    object.close().await.map(|_| ())
+    .await;
+    object.close_or_abort(sent).await.map(|_| ())
 }
 
 /// Bytes of frames an upload writes at a time.

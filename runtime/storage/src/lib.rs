@@ -231,24 +231,32 @@ impl ObjectStore {
         // request on a dead connection gets no answer and no reset, and without a bound it would
         // wait as long as TCP retransmits (minutes) while its caller holds what it holds (the
         // JobManager's operation log, a checkpoint upload). Timed-out calls count as temporary.
-        let layered = |io_timeout| {
-            op.clone()
-                .layer(
-                    TimeoutLayer::new()
-                        .with_timeout(CALL_TIMEOUT)
-                        .with_io_timeout(io_timeout),
-                )
-                .layer(
-                    RetryLayer::new()
-                        .with_max_times(5)
-                        .with_min_delay(Duration::from_millis(50))
-                        .with_max_delay(Duration::from_secs(2))
-                        .with_jitter(),
-                )
+        let layered = |op: Operator, io_timeout| {
+            op.layer(
+                TimeoutLayer::new()
+                    .with_timeout(CALL_TIMEOUT)
+                    .with_io_timeout(io_timeout),
+            )
+            .layer(
+                RetryLayer::new()
+                    .with_max_times(5)
+                    .with_min_delay(Duration::from_millis(50))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_jitter(),
+            )
         };
-        // A part is a body of up to PART_SIZE: it gets the part deadline, not IO_TIMEOUT.
-        let bulk = layered(stream::part_timeout(conf)?);
-        let op = layered(IO_TIMEOUT);
+        // A part is a body of up to PART_SIZE: it gets the part deadline, not IO_TIMEOUT, and over
+        // HTTP each of its requests does too (see `stream`).
+        let part_deadline = stream::part_timeout(conf)?;
+        let bulk_base = if url.starts_with("s3://") {
+            let transport = stream::part_transport(part_deadline)?;
+            op.clone()
+                .with_context(op.context().with_http_transport(transport))
+        } else {
+            op.clone()
+        };
+        let bulk = layered(bulk_base, part_deadline);
+        let op = layered(op, IO_TIMEOUT);
         let prefix = normalize_prefix(&prefix);
         let url = format!("{base}{prefix}");
         let faults = faults::Faults::from_configuration(conf)?.map(std::sync::Arc::new);
@@ -523,19 +531,25 @@ impl ObjectStore {
             return self.create(path, envelope::seal(&payload)).await;
         }
         let mut writer = self.creator(path).await?;
-        writer.write(envelope::header(&payload).to_vec()).await?;
+        if let Err(e) = writer.write(envelope::header(&payload).to_vec()).await {
+            return writer.close_or_abort(Err(e)).await.map(|_| ());
+        }
         self.write_in_parts(writer, payload).await
     }
 
     /// Sends `bytes` through `writer` a part at a time (slices of one buffer: no copy).
     async fn write_in_parts(&self, mut writer: ObjectWriter, bytes: Bytes) -> Result<()> {
-        let mut at = 0;
-        while at < bytes.len() {
-            let end = (at + PART_SIZE).min(bytes.len());
-            writer.write(bytes.slice(at..end)).await?;
-            at = end;
+        let sent = async {
+            let mut at = 0;
+            while at < bytes.len() {
+                let end = (at + PART_SIZE).min(bytes.len());
+                writer.write(bytes.slice(at..end)).await?;
+                at = end;
+            }
+            Ok(())
         }
-        writer.close().await.map(|_| ())
+        .await;
+        writer.close_or_abort(sent).await.map(|_| ())
     }
 
     /// The opendal operator and the full path of `path`, for streaming reads and writes.

@@ -4,13 +4,16 @@
 //! under one deadline.
 //!
 //! Each part has its own deadline (`floe.storage.part-timeout-ms`, default
-//! [`DEFAULT_PART_TIMEOUT`]): a part that fails or stalls past it is sent again (opendal's
-//! concurrent tasks retry a part on a temporary error; the retry layer retries the call that saw
-//! it), so one slow or failing request costs one part's resend, not the whole object. A deadline
-//! per part rather than per object is what makes large objects possible at all: before, an upload
-//! that needed more than 10 s always failed.
+//! [`DEFAULT_PART_TIMEOUT`]): transfers go through an HTTP client whose every request (one part
+//! uploaded, or one part's ranged read) must end within it, so a part that fails or stalls fails
+//! with a temporary error and is sent again (opendal's concurrent tasks retry a part on a temporary
+//! error; the retry layer retries the call that saw it). One slow or failing request costs one
+//! part's resend, not the whole object. A deadline per part rather than per object is what makes
+//! large objects possible at all: before, an upload that needed more than 10 s always failed.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +32,30 @@ pub const PART_TIMEOUT_KEY: &str = "floe.storage.part-timeout-ms";
 /// carry a checkpoint.
 pub const DEFAULT_PART_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The HTTP transport of streamed transfers with part deadline `deadline`: a request that has not
+/// ended by then fails (reqwest's per-request timeout, a temporary error to opendal). One client per
+/// distinct deadline, shared by every store that asks for it (a client holds a connection pool).
+pub(crate) fn part_transport(deadline: Duration) -> Result<opendal::HttpTransporter> {
+    static TRANSPORTS: LazyLock<Mutex<HashMap<Duration, opendal::HttpTransporter>>> =
+        LazyLock::new(Mutex::default);
+    let mut transports = TRANSPORTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = transports.get(&deadline) {
+        return Ok(t.clone());
+    }
+    let client = reqwest::Client::builder()
+        .timeout(deadline)
+        .connect_timeout(deadline.min(crate::CALL_TIMEOUT))
+        .build()
+        .map_err(|e| Error::InvalidConfiguration {
+            key: PART_TIMEOUT_KEY.to_string(),
+            reason: format!("cannot build an HTTP client with a {deadline:?} deadline: {e}"),
+        })?;
+    let transport =
+        opendal::HttpTransporter::new(opendal_http_transport_reqwest::ReqwestTransport::new(client));
+    transports.insert(deadline, transport.clone());
+    Ok(transport)
+}
+
 /// The part deadline the configuration asks for.
 pub(crate) fn part_timeout(conf: &std::collections::BTreeMap<String, String>) -> Result<Duration> {
     match conf.get(PART_TIMEOUT_KEY) {
@@ -46,8 +73,10 @@ pub(crate) fn part_timeout(conf: &std::collections::BTreeMap<String, String>) ->
 impl ObjectStore {
     /// Writes an object piece by piece, replacing any previous one: parts of [`PART_SIZE`] go out
     /// as they fill (multipart on S3), [`PARTS_IN_FLIGHT`] at a time, so only those are held in
-    /// memory. The object exists once [`ObjectWriter::close`] returned; dropped before, it never
-    /// appears.
+    /// memory. On S3 the object appears once [`ObjectWriter::close`] returned and never before; a
+    /// local file (`file://`) is written in place, so a reader can see it partly written, and one
+    /// abandoned must be [`ObjectWriter::abort`]ed to be removed (a writer dropped without `close`
+    /// or `abort` leaves an incomplete multipart upload on S3 and a partial file on disk).
     pub async fn writer(&self, path: &str) -> Result<ObjectWriter> {
         self.open_writer(path, false).await
     }
@@ -111,19 +140,22 @@ impl ObjectStore {
         let local_error = |e: std::io::Error| self.local_error(path, local, "reading", e);
         let mut file = tokio::fs::File::open(local).await.map_err(local_error)?;
         let mut writer = self.writer(path).await?;
-        loop {
-            let mut part = Vec::with_capacity(PART_SIZE);
-            let read = (&mut file)
-                .take(PART_SIZE as u64)
-                .read_to_end(&mut part)
-                .await
-                .map_err(local_error)?;
-            if read == 0 {
-                break;
+        let sent = async {
+            loop {
+                let mut part = Vec::with_capacity(PART_SIZE);
+                let read = (&mut file)
+                    .take(PART_SIZE as u64)
+                    .read_to_end(&mut part)
+                    .await
+                    .map_err(local_error)?;
+                if read == 0 {
+                    return Ok(());
+                }
+                writer.write(part).await?;
             }
-            writer.write(part).await?;
         }
-        writer.close().await
+        .await;
+        writer.close_or_abort(sent).await
     }
 
     /// Downloads object `path` into the local file `local` (replaced) in parts; returns its size.
@@ -145,10 +177,14 @@ impl ObjectStore {
     pub async fn copy_to(&self, from: &str, target: &ObjectStore, to: &str) -> Result<u64> {
         let mut reader = self.reader(from).await?;
         let mut writer = target.writer(to).await?;
-        while let Some(part) = reader.next_part().await? {
-            writer.write(part).await?;
+        let sent = async {
+            while let Some(part) = reader.next_part().await? {
+                writer.write(part).await?;
+            }
+            Ok(())
         }
-        writer.close().await
+        .await;
+        writer.close_or_abort(sent).await
     }
 
     /// A local file's error during a transfer of `path`, naming both.
@@ -195,16 +231,22 @@ impl ObjectWriter {
     }
 
     /// Abandons the object: the parts sent so far are discarded (an S3 multipart upload is
-    /// aborted), and the object never appears.
+    /// aborted) and the object does not appear; a local file written so far is removed (the
+    /// local service writes in place and cannot abort).
     pub async fn abort(mut self) -> Result<()> {
         let (store, path) = (self.store.clone(), self.path.clone());
-        self.writer.abort().await.map_err(|e| store.io(&path, e))
+        match self.writer.abort().await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == opendal::ErrorKind::Unsupported => store.delete(&path).await,
+            Err(e) => Err(store.io(&path, e)),
+        }
     }
 
-    /// Sends what is left and completes the object; returns its size.
+    /// Sends what is left and completes the object; returns its size. If that fails the object
+    /// is abandoned ([`ObjectWriter::abort`]): no incomplete upload or partial file is left.
     pub async fn close(mut self) -> Result<u64> {
         let store = self.store.clone();
-        store
+        let closed = store
             .write_op(&self.path, async {
                 self.writer
                     .close()
@@ -212,8 +254,34 @@ impl ObjectWriter {
                     .map(|_| ())
                     .map_err(|e| self.store.io(&self.path, e))
             })
-            .await?;
-        Ok(self.written)
+            .await;
+        match closed {
+            Ok(()) => Ok(self.written),
+            Err(e) => {
+                self.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Completes the object when `sent` (the writes) succeeded, else abandons it and returns the
+    /// writes' error: the ending of every streamed write, so none leaves a partial object behind.
+    pub async fn close_or_abort(self, sent: Result<()>) -> Result<u64> {
+        match sent {
+            Ok(()) => self.close().await,
+            Err(e) => {
+                self.abandon().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`ObjectWriter::abort`] after another error, which is the one reported: this one is logged.
+    async fn abandon(self) {
+        let url = self.store.url_of(&self.path);
+        if let Err(e) = self.abort().await {
+            tracing::warn!("abandoning the partly written object {url}: {e}");
+        }
     }
 }
 

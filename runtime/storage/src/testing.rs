@@ -120,6 +120,11 @@ impl MotoServer {
         self.child.id()
     }
 
+    /// [`open_multipart_uploads`] of this server's bucket.
+    pub fn open_multipart_uploads(&self) -> usize {
+        open_multipart_uploads(self.endpoint.trim_start_matches("http://"), &self.bucket)
+    }
+
     /// `s3://{bucket}/{prefix}`.
     pub fn url(&self, prefix: &str) -> String {
         format!("s3://{}/{prefix}", self.bucket)
@@ -134,6 +139,21 @@ impl Drop for MotoServer {
 }
 
 /// CreateBucket on the moto server at `address` (moto does not check signatures).
+/// The multipart uploads begun in `bucket` and neither completed nor aborted (S3's
+/// ListMultipartUploads): each is storage a bucket pays for until a lifecycle rule removes it.
+pub fn open_multipart_uploads(address: &str, bucket: &str) -> usize {
+    let mut s = TcpStream::connect(address).unwrap();
+    write!(
+        s,
+        "GET /{bucket}?uploads HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "ListMultipartUploads: {reply}");
+    reply.matches("<UploadId>").count()
+}
+
 pub fn create_bucket(address: &str, bucket: &str) {
     let mut s = TcpStream::connect(address).unwrap();
     write!(

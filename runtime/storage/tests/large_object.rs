@@ -53,22 +53,31 @@ async fn a_large_object_moves_through_a_slow_failing_server_part_by_part_in_boun
     // request several seconds (beyond the 10 s a single request gets, from 1.3 GiB on).
     let proxy = FaultyProxy::start(&moto.endpoint, 128 * MIB as u64);
     proxy.fail_part_once(2);
-    // Past the part deadline (3 s here): that part is sent again while the stalled one hangs.
-    proxy.stall_part_once(5, Duration::from_secs(10));
+    // A request that never gets an answer (an hour is past the test's end): only the part deadline
+    // (3 s here) ends it, and that part is sent again while the stalled request hangs. Before each
+    // request had the deadline, the upload waited on it for good.
+    proxy.stall_part_once(5, Duration::from_secs(3600));
     let mut conf = moto.conf();
     conf.insert("s3.endpoint".into(), proxy.endpoint.clone());
     conf.insert(PART_TIMEOUT_KEY.into(), "3000".into());
     let store = ObjectStore::open(&moto.url("objects"), &conf).unwrap();
     let before = peak_rss_mib();
 
-    let mut writer = store.writer("big").await.unwrap();
     let (mut generator, mut written) = (Generator(0x9E37_79B9_7F4A_7C15), crc32fast::Hasher::new());
-    for _ in 0..mib {
-        let piece = generator.next_mib();
-        written.update(&piece);
-        writer.write(piece).await.unwrap();
-    }
-    let size = writer.close().await.unwrap();
+    let upload = async {
+        let mut writer = store.writer("big").await.unwrap();
+        for _ in 0..mib {
+            let piece = generator.next_mib();
+            written.update(&piece);
+            writer.write(piece).await.unwrap();
+        }
+        writer.close().await.unwrap()
+    };
+    // A bound on waiting, so a hang fails with a message instead of running until CI's limit (the
+    // upload takes seconds at the proxy's rate; minutes are no measurement of its speed).
+    let size = tokio::time::timeout(Duration::from_secs(20 + mib as u64), upload)
+        .await
+        .unwrap_or_else(|_| panic!("the upload did not end: the stalled part was never sent again"));
     assert_eq!(size, (mib * MIB) as u64);
     assert_eq!(
         store.size("big").await.unwrap(),

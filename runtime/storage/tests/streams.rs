@@ -110,7 +110,7 @@ async fn a_put_larger_than_a_part_goes_in_parts() {
 /// completes the upload, so the first writer wins whole and the second is told.
 #[tokio::test]
 async fn a_conditional_create_in_parts_fails_when_the_object_exists() {
-    let Some((_moto, _proxy, store)) = s3("conditional creates in parts", "creates") else {
+    let Some((moto, _proxy, store)) = s3("conditional creates in parts", "creates") else {
         return;
     };
     let first = payload();
@@ -127,4 +127,55 @@ async fn a_conditional_create_in_parts_fails_when_the_object_exists() {
         first.as_slice(),
         "the first create wins"
     );
+    assert_eq!(
+        moto.open_multipart_uploads(),
+        0,
+        "the refused upload is aborted, not left incomplete"
+    );
+}
+
+/// A write given up part way (an error, a stop) leaves nothing behind: no object, no partial local
+/// file, no incomplete multipart upload.
+async fn an_abandoned_write_leaves_nothing(store: &ObjectStore) {
+    let mut writer = store.writer("abandoned").await.unwrap();
+    writer.write(payload()).await.unwrap();
+    writer.abort().await.unwrap();
+    assert_eq!(
+        store.get_opt("abandoned").await.unwrap(),
+        None,
+        "an abandoned object"
+    );
+}
+
+/// Before, `abort` on a local file failed (the file service cannot abort) and left the partial file.
+#[tokio::test]
+async fn an_abandoned_write_leaves_nothing_on_a_file_system() {
+    let dir = temp_dir("abandoned");
+    let store = ObjectStore::open(&format!("file://{}", dir.display()), &BTreeMap::new()).unwrap();
+    an_abandoned_write_leaves_nothing(&store).await;
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "files left in the store's directory");
+}
+
+#[tokio::test]
+async fn an_abandoned_write_leaves_nothing_on_s3() {
+    let Some((moto, _proxy, store)) = s3("abandoned writes on S3", "abandoned") else {
+        return;
+    };
+    an_abandoned_write_leaves_nothing(&store).await;
+    assert_eq!(
+        moto.open_multipart_uploads(),
+        0,
+        "incomplete multipart uploads left in the bucket"
+    );
+    // The check can see one: an upload begun and not ended is listed.
+    let mut writer = store.writer("begun").await.unwrap();
+    writer.write(payload()).await.unwrap();
+    let listed = moto.open_multipart_uploads();
+    writer.abort().await.unwrap();
+    assert_eq!(listed, 1, "an upload in progress");
+    assert_eq!(moto.open_multipart_uploads(), 0, "after its abort");
 }

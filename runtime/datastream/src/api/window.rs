@@ -154,13 +154,7 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
 
     fn apply_contents<O: Data, P: ProcessWindowFunction<K, T, O>>(&self, name: &str, f: P) -> DataStream<O> {
         let evictor = self.evictor;
-        self.apply(
-            name,
-            ContentsFn {
-                f: Arc::new(f),
-                evictor,
-            },
-        )
+        self.apply(name, ContentsFn::new(Arc::new(f), evictor))
     }
 
     fn default_trigger(&self) -> Trigger {

@@ -7,10 +7,15 @@
 //! the result does not depend on the order records of one key arrive in from several sources.
 //! `--state whole-map` does what `map` does in the whole-value [`MapState`] facade of `type State`
 //! (the map decoded and encoded whole at every record on RocksDB): the benchmark's before.
+//! `--state window` puts every record into its key's one global window, evaluated by a process
+//! window function at the end of input (the window's contents are per-entry state), and
+//! `--state whole-list` appends it to a `Vec` in `type State`, the layout window contents had
+//! before (decoded and encoded whole at every record on RocksDB). Both count as lists.
 
 use crate::api::StreamExecutionEnvironment;
 use crate::error::{Error, Result};
 use crate::jobs::{ArgKind, ArgSpec, JobSpec, parse_args};
+use crate::operators::window::{EventTimeTrigger, GlobalWindows, ProcessWindowFunction, WindowContext};
 use crate::operators::{Collector, KeyedContext, KeyedProcessFunction};
 use crate::state::MapState;
 use crate::state::entries::{ListStateDescriptor, MapStateDescriptor};
@@ -32,9 +37,9 @@ pub(crate) const MAP_STATE: JobSpec = JobSpec {
         ArgSpec::required("records", ArgKind::Positive, "records in all"),
         ArgSpec::optional(
             "state",
-            ArgKind::OneOf(&["map", "list", "whole-map"]),
+            ArgKind::OneOf(&["map", "list", "whole-map", "window", "whole-list"]),
             Some("map"),
-            "map: get and put one map entry per record; list: append one element; whole-map: as map, in the whole-value MapState facade (read and written whole per record: the benchmark's before)",
+            "map: get and put one map entry per record; list: append one element; whole-map: as map, in the whole-value MapState facade (read and written whole per record: the benchmark's before); window: one process window per key holds every record; whole-list: as list, in a Vec read and written whole per record (the window's before)",
         ),
     ],
 };
@@ -149,6 +154,59 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for WholeMapJob {
     }
 }
 
+/// `--state window`: the key's elements as one window sees them.
+struct WindowCount;
+
+impl ProcessWindowFunction<u64, u64, (u64, u64, u64)> for WindowCount {
+    fn process(
+        &self,
+        key: &u64,
+        _: &WindowContext,
+        elements: &[u64],
+        out: &mut dyn Collector<(u64, u64, u64)>,
+    ) {
+        let checksum = elements
+            .iter()
+            .fold(0u64, |c, v| c.wrapping_add(entry_checksum(0, *v)));
+        out.collect((*key, elements.len() as u64, checksum));
+    }
+}
+
+/// `--state whole-list`: [`MapStateJob`]'s list in `type State`.
+struct WholeListJob {
+    keys: u64,
+}
+
+impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for WholeListJob {
+    type State = Vec<u64>;
+
+    fn process_element(
+        &self,
+        n: u64,
+        ctx: &mut KeyedContext<'_, u64, Vec<u64>>,
+        _: &mut dyn Collector<(u64, u64, u64)>,
+    ) {
+        if n < self.keys {
+            ctx.register_event_time_timer(AT_END);
+        }
+        ctx.state().push(n);
+    }
+
+    fn on_timer(
+        &self,
+        _: i64,
+        ctx: &mut KeyedContext<'_, u64, Vec<u64>>,
+        out: &mut dyn Collector<(u64, u64, u64)>,
+    ) {
+        let key = *ctx.key();
+        let list = ctx.state();
+        let checksum = list
+            .iter()
+            .fold(0u64, |c, v| c.wrapping_add(entry_checksum(0, *v)));
+        out.collect((key, list.len() as u64, checksum));
+    }
+}
+
 /// `map-state --output URL --keys K --entries-per-key E --records N [--state map|list]`.
 pub(crate) fn map_state(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let a = parse_args(
@@ -184,10 +242,15 @@ pub(crate) fn map_state(env: &mut StreamExecutionEnvironment, args: &[String]) -
         None | Some("map") => keyed.process_function(job(None)),
         Some("list") => keyed.process_function(job(Some(ListStateDescriptor::new("elements")))),
         Some("whole-map") => keyed.process_function(WholeMapJob { keys, entries }),
+        Some("window") => keyed
+            .window(GlobalWindows::create())
+            .trigger(EventTimeTrigger::create())
+            .process(WindowCount),
+        Some("whole-list") => keyed.process_function(WholeListJob { keys }),
         Some(other) => {
             return Err(Error::argument(
                 "--state",
-                format!("expected map, list or whole-map, got {other:?}"),
+                format!("expected map, list, whole-map, window or whole-list, got {other:?}"),
             ));
         }
     };

@@ -85,12 +85,6 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
         self.state
     }
 
-    /// The key and its state at once (the window operator reads both to evaluate a window).
-    pub(crate) fn key_and_state(&mut self) -> (&K, &mut S) {
-        self.cleared = false;
-        (self.key, self.state)
-    }
-
     /// Drops this key's state (it starts from `Default` again); its timers stay.
     pub fn clear_state(&mut self) {
         *self.state = S::default();
@@ -164,6 +158,12 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
 /// Per-entry state (Flink's descriptors; see [`crate::state::entries`]): each access reads or
 /// writes one entry of the current key, whatever the size of its map or list.
 impl<'a, K: Data + Hash + Eq, S> KeyedContext<'a, K, S> {
+    /// Whether the key's state is objects on the heap (nothing encoded per access), rather than
+    /// bytes in a backend (RocksDB): what a function may keep inline in its value is cheap there.
+    pub(crate) fn keeps_objects(&self) -> bool {
+        matches!(self.entries.store, crate::state::entries::EntryStore::Heap(_))
+    }
+
     /// The current key's map of `d`.
     pub fn map_state<'c, UK: Data, UV: Data>(
         &'c mut self,

@@ -129,6 +129,9 @@ impl<A: Data> Data for Windows<A> {
     }
 }
 
+/// The context of a key in the window operator: its windows are its state.
+pub(crate) type WindowsContext<'a, K, A> = KeyedContext<'a, K, Windows<A>>;
+
 /// The window operator's function: see the module documentation.
 pub(crate) struct WindowOperator<K, T, O, W> {
     pub assigner: WindowAssigner,
@@ -166,7 +169,7 @@ where
         self.assigner.is_event_time() && self.cleanup_time(window).is_some_and(|(_, t)| t <= watermark)
     }
 
-    fn register(ctx: &mut KeyedContext<'_, K, Windows<W::Acc>>, timers: &mut Vec<(TimeDomain, i64)>) {
+    fn register(ctx: &mut WindowsContext<'_, K, W::Acc>, timers: &mut Vec<(TimeDomain, i64)>) {
         for (domain, t) in timers.drain(..) {
             match domain {
                 TimeDomain::EventTime => ctx.register_event_time_timer(t),
@@ -177,29 +180,38 @@ where
 
     /// Evaluates the window at `index` (if it holds anything), its results timestamped with the
     /// window's last time.
-    fn emit(&self, ctx: &mut KeyedContext<'_, K, Windows<W::Acc>>, index: usize, out: &mut dyn Collector<O>) {
+    fn emit(&self, ctx: &mut WindowsContext<'_, K, W::Acc>, index: usize, out: &mut dyn Collector<O>) {
         let window = ctx.state().0[index].window;
+        let Some(mut acc) = ctx.state().0[index].acc.take() else {
+            return;
+        };
         let wctx = WindowContext {
             window,
             current_watermark: ctx.current_watermark(),
             current_processing_time: ctx.current_processing_time(),
         };
         ctx.set_output_timestamp(window.max_timestamp());
-        let (key, windows) = ctx.key_and_state();
-        if let Some(acc) = &windows.0[index].acc {
-            self.f.emit(key, &wctx, acc, out);
+        let key = ctx.key().clone();
+        self.f.emit(ctx, &key, &wctx, &mut acc, out);
+        ctx.state().0[index].acc = Some(acc);
+    }
+
+    /// Drops the accumulator of the window at `index` (a purge), and what it names.
+    fn purge(&self, ctx: &mut WindowsContext<'_, K, W::Acc>, index: usize) {
+        if let Some(acc) = ctx.state().0[index].acc.take() {
+            self.f.purge(ctx, acc);
         }
     }
 
     /// Windows of the key that overlap `window` merge with it; the merged window's index.
-    fn merge_into(&self, ctx: &mut KeyedContext<'_, K, Windows<W::Acc>>, window: TimeWindow) -> usize {
+    fn merge_into(&self, ctx: &mut WindowsContext<'_, K, W::Acc>, window: TimeWindow) -> usize {
         let watermark = ctx.current_watermark();
-        let entries = &mut ctx.state().0;
-        let (overlapping, rest): (Vec<_>, Vec<_>) = std::mem::take(entries)
+        let (overlapping, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut ctx.state().0)
             .into_iter()
             .partition(|e| e.window.intersects(&window));
-        *entries = rest;
+        ctx.state().0 = rest;
         if overlapping.is_empty() {
+            let entries = &mut ctx.state().0;
             entries.push(WindowEntry {
                 window,
                 acc: None,
@@ -209,14 +221,17 @@ where
         }
         let merged_window = overlapping.iter().fold(window, |w, e| w.cover(&e.window));
         let states: Vec<i64> = overlapping.iter().map(|e| e.trigger).collect();
-        let acc = overlapping
-            .into_iter()
-            .filter_map(|e| e.acc)
-            .reduce(|a, b| self.f.merge(a, b));
+        let mut accs: Vec<W::Acc> = overlapping.into_iter().filter_map(|e| e.acc).collect();
+        let acc = match accs.len() {
+            0 => None,
+            1 => accs.pop(),
+            _ => Some(self.f.merge(ctx, accs)),
+        };
         let mut timers = Vec::new();
         let trigger = self
             .trigger
             .on_merge(&merged_window, &states, watermark, &mut timers);
+        let entries = &mut ctx.state().0;
         entries.push(WindowEntry {
             window: merged_window,
             acc,
@@ -283,8 +298,10 @@ where
             let element = if n == last { value.take() } else { value.clone() };
             let Some(element) = element else { continue };
             taken = true;
+            let acc = ctx.state().0[index].acc.take();
+            let acc = self.f.add(ctx, acc, ts, element);
             let entry = &mut ctx.state().0[index];
-            entry.acc = Some(self.f.add(entry.acc.take(), ts, element));
+            entry.acc = Some(acc);
             let result =
                 self.trigger
                     .on_element(ts, &window, &mut entry.trigger, watermark, now, &mut timers);
@@ -296,7 +313,7 @@ where
                 self.emit(ctx, index, out);
             }
             if result.purge {
-                ctx.state().0[index].acc = None;
+                self.purge(ctx, index);
             }
         }
         if !taken && n_assigned > 0 {
@@ -332,9 +349,10 @@ where
                 self.emit(ctx, index, out);
             }
             if result.purge {
-                ctx.state().0[index].acc = None;
+                self.purge(ctx, index);
             }
             if self.cleanup_time(&window) == Some((domain, time)) {
+                self.purge(ctx, index);
                 ctx.state().0.remove(index);
             } else {
                 index += 1;

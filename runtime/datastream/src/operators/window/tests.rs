@@ -205,10 +205,7 @@ fn sliding_windows_aggregate_every_window_an_element_is_in() {
 
 #[test]
 fn session_windows_merge_when_elements_come_closer_than_the_gap() {
-    let f = ContentsFn {
-        f: Arc::new(Describe),
-        evictor: None,
-    };
+    let f = ContentsFn::new(Arc::new(Describe), None);
     let mut h = Harness::new(
         EventTimeSessionWindows::with_gap(ms(10)),
         EventTimeTrigger::create(),
@@ -250,10 +247,7 @@ fn count_windows_and_evictors() {
     assert_eq!(values, vec![6, 15], "1+2+3, 4+5+6; 7 never completes a count");
 
     // A count evictor keeps the last 2 elements of each firing (non-purging count trigger).
-    let f = ContentsFn {
-        f: Arc::new(Describe),
-        evictor: Some(CountEvictor::of(2)),
-    };
+    let f = ContentsFn::new(Arc::new(Describe), Some(CountEvictor::of(2)));
     let mut h = Harness::new(GlobalWindows::create(), CountTrigger::of(2), 0, f);
     for i in 1..=4 {
         h.element("k", i, i as i64);
@@ -422,4 +416,248 @@ fn a_user_defined_trigger_fires_by_its_own_rules_with_its_state_kept_per_window(
         .print();
     let err = env.build().expect_err("refused").to_string();
     assert!(err.contains("WindowTrigger::can_merge"), "{err}");
+}
+
+type SessionOp = KeyedProcessOperator<
+    Rec,
+    String,
+    Described,
+    WindowOperator<String, Rec, Described, ContentsFn<Describe, Rec>>,
+>;
+
+/// Session windows (gap 10) evaluated by [`Describe`] over their whole contents.
+fn sessions(
+    state: Keyed<String, Windows<functions::Contents<Rec>>>,
+    timers: Timers<String>,
+) -> (SessionOp, TimedSink<Described>, Arc<TaskTime>) {
+    let time = Arc::new(TaskTime::new(Duration::from_millis(200)));
+    let sink = TimedSink::new(time.clone());
+    let key: KeyFn<Rec, String> = Arc::new(|r: &Rec| r.0.clone());
+    let window = WindowOperator {
+        assigner: EventTimeSessionWindows::with_gap(ms(10)),
+        trigger: EventTimeTrigger::create(),
+        allowed_lateness: 0,
+        f: ContentsFn::new(Arc::new(Describe), None),
+        late: None,
+        _types: PhantomData,
+    };
+    let op = KeyedProcessOperator::new(
+        key,
+        Arc::new(window),
+        state,
+        timers,
+        time.clone(),
+        Box::new(sink.clone()),
+    );
+    (op, sink, time)
+}
+
+/// 12 keys, timestamps spread so that some sessions stand alone and others merge from elements
+/// arriving on either side of them.
+fn session_input() -> Vec<(Rec, i64)> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..3_000u64)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((format!("k{}", i % 12), i), (x % 3_000) as i64)
+        })
+        .collect()
+}
+
+/// The sessions of `input` worked out directly: per key, timestamps sorted and split where the
+/// next one is more than the gap after the last (an element at `t` is the window `[t, t + gap)`,
+/// and windows that overlap or touch merge).
+fn session_reference(input: &[(Rec, i64)], gap: i64) -> Vec<(i64, Described)> {
+    let mut by_key: std::collections::BTreeMap<&str, Vec<(i64, u64)>> = Default::default();
+    for ((k, v), ts) in input {
+        by_key.entry(k).or_default().push((*ts, *v));
+    }
+    let mut out = Vec::new();
+    for (k, mut elements) in by_key {
+        elements.sort();
+        let (mut start, mut last, mut n, mut sum) = (elements[0].0, elements[0].0, 0, 0);
+        for (ts, v) in elements {
+            if ts > last + gap {
+                out.push(described(k, start, last + gap, n, sum));
+                (start, n, sum) = (ts, 0, 0);
+            }
+            last = ts;
+            n += 1;
+            sum += v;
+        }
+        out.push(described(k, start, last + gap, n, sum));
+    }
+    out.sort();
+    out
+}
+
+fn session_state(backend: bool) -> Keyed<String, Windows<functions::Contents<Rec>>> {
+    let init = backend.then(|| {
+        crate::checkpoint::KeyedStateInit::Backend(Box::new(floe_state::HashMapStateBackend::new(0..128)))
+    });
+    Keyed::new(init, 0..128, 128).expect("state")
+}
+
+/// A window's contents are per-entry state of its key on a byte-level backend and inline on the
+/// heap: through a snapshot in the middle of the input and a restore split over two key-group
+/// ranges (a rescale 1 -> 2) into the other kind of state, every session is evaluated once with
+/// exactly its elements.
+#[tokio::test]
+async fn session_contents_survive_a_snapshot_and_a_rescale_on_both_backends() {
+    use crate::checkpoint::{KeyedStateInit, restore_timers};
+    let dir = std::env::temp_dir().join(format!("floe-window-contents-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store =
+        floe_storage::ObjectStore::open(&format!("file://{}", dir.display()), &Default::default()).unwrap();
+    let input = session_input();
+    let reference = session_reference(&input, 10);
+    assert!(
+        reference.len() > 100 && reference.iter().any(|r| r.1.1.1.1.0 > 3),
+        "the input makes many sessions, some of several elements"
+    );
+    let (first, rest) = input.split_at(1_300);
+    for backend in [false, true] {
+        let (mut op, _, time) = sessions(session_state(backend), Timers::default());
+        for (r, ts) in first {
+            time.set_timestamp(*ts);
+            op.collect(r.clone());
+        }
+        let prepared = op.state.prepare_snapshot_with_timers(1, &op.timers).unwrap();
+        let target = floe_state::SnapshotTarget {
+            store: store.clone(),
+            dir: format!("chk-1/{backend}"),
+            shared: "shared".into(),
+        };
+        let snapshot = prepared.upload(&target).await.unwrap();
+        let mut out = Vec::new();
+        for range in [0..64u32, 64..128] {
+            let part = floe_state::HashMapStateBackend::restore(
+                &store,
+                std::slice::from_ref(&snapshot),
+                range.clone(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                part.state_names()
+                    .iter()
+                    .any(|n| n.contains(functions::CONTENTS_STATE)),
+                backend,
+                "the contents are entries of their own state on a backend, inline on the heap: {:?}",
+                part.state_names()
+            );
+            // Restored into the other kind of state (Flink's savepoints move between heap and
+            // RocksDB): inline contents become entries at their next element, entries stay.
+            let init = if !backend {
+                KeyedStateInit::Backend(Box::new(part))
+            } else {
+                KeyedStateInit::Heap(part)
+            };
+            let timers = restore_timers::<String>(Some(&init)).unwrap();
+            let (mut op, sink, time) = sessions(Keyed::new(Some(init), range.clone(), 128).unwrap(), timers);
+            for (r, ts) in rest {
+                let kg = crate::data::key_group_for_hash(crate::data::key_hash(&r.0, &mut Vec::new()), 128);
+                if range.contains(&kg) {
+                    time.set_timestamp(*ts);
+                    op.collect(r.clone());
+                }
+            }
+            op.on_time(TimeEvent::Watermark(MAX_WATERMARK));
+            assert_eq!(op.failure(), None);
+            out.extend(sink.records());
+            // Every window fired and was cleaned up: no contents are left behind.
+            if let Keyed::Heap {
+                entries,
+                max_parallelism,
+                ..
+            } = &op.state
+            {
+                let mut left = floe_state::HashMapStateBackend::new(0..128);
+                entries.write(&mut left, *max_parallelism).unwrap();
+                assert!(left.is_empty(), "contents left: {:?}", left.state_names());
+            }
+        }
+        out.sort();
+        let missing: Vec<_> = reference.iter().filter(|r| !out.contains(r)).take(5).collect();
+        let extra: Vec<_> = out.iter().filter(|r| !reference.contains(r)).take(5).collect();
+        assert!(
+            out == reference,
+            "backend {backend}: {} sessions, {} expected; missing {missing:?}, not expected {extra:?}",
+            out.len(),
+            reference.len()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// As Flink's evicting window operator, what an evictor evicts leaves the window's state: a
+/// global window with a count trigger and a count evictor holds at most the evictor's count
+/// between firings, however many elements went through it (before, every element stayed), inline
+/// on the heap and as entries on a byte-level backend.
+#[tokio::test]
+async fn evicted_elements_leave_the_window_state() {
+    for backend in [false, true] {
+        let time = Arc::new(TaskTime::new(Duration::from_millis(200)));
+        let sink = TimedSink::new(time.clone());
+        let key: KeyFn<Rec, String> = Arc::new(|r: &Rec| r.0.clone());
+        let window = WindowOperator {
+            assigner: GlobalWindows::create(),
+            trigger: CountTrigger::of(2),
+            allowed_lateness: 0,
+            f: ContentsFn::new(Arc::new(Describe), Some(CountEvictor::of(3))),
+            late: None,
+            _types: PhantomData,
+        };
+        let mut op = KeyedProcessOperator::new(
+            key,
+            Arc::new(window),
+            session_state(backend),
+            Timers::default(),
+            time.clone(),
+            Box::new(sink.clone()),
+        );
+        for i in 1..=1_000 {
+            time.set_timestamp(i as i64);
+            op.collect(rec("k", i));
+        }
+        let sums: Vec<u64> = sink.records().into_iter().map(|r| r.1.1.1.1.1).collect();
+        assert_eq!(sums.len(), 500, "a firing every second element");
+        assert_eq!(sums[..2], [1 + 2, 2 + 3 + 4], "the last three of each firing");
+        assert_eq!(sums[499], 998 + 999 + 1000);
+        // What the window holds, as its snapshot has it.
+        let prepared = op.state.prepare_snapshot_with_timers(1, &op.timers).unwrap();
+        let store = floe_storage::ObjectStore::open("memory://evicted", &Default::default()).unwrap();
+        let target = floe_state::SnapshotTarget {
+            store: store.clone(),
+            dir: format!("chk-1/{backend}"),
+            shared: "shared".into(),
+        };
+        let snapshot = prepared.upload(&target).await.unwrap();
+        let held = floe_state::HashMapStateBackend::restore(&store, std::slice::from_ref(&snapshot), 0..128)
+            .await
+            .unwrap();
+        let entries = held
+            .state_names()
+            .into_iter()
+            .filter(|n| n.contains(functions::CONTENTS_STATE))
+            .map(|n| held.entries(n).count())
+            .sum::<usize>();
+        let inline = match &op.state {
+            Keyed::Heap { map, .. } => match map.get("k") {
+                Some(Some(Windows(windows))) => match &windows[0].acc {
+                    Some(functions::Contents::Inline(elements)) => elements.len(),
+                    other => panic!("inline contents on the heap: {other:?}"),
+                },
+                other => panic!("the key's windows: {other:?}"),
+            },
+            Keyed::Store { .. } => 0,
+        };
+        assert_eq!(
+            entries + inline,
+            3,
+            "elements the window holds after 1,000 (backend: {backend})"
+        );
+    }
 }
