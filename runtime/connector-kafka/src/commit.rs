@@ -82,7 +82,8 @@ impl Committer {
     /// Writes `p`'s records in one transaction with its marker, unless its marker says that was
     /// done; then removes its write-ahead object. Its marker, not the object's absence, tells a
     /// restore that the records were written (a process can die between the commit and the
-    /// removal); one that finds the object gone reads it as empty and writes nothing.
+    /// removal). An object gone while its marker says it was not written is an error: its
+    /// records are lost, and saying so beats committing the checkpoint without them.
     pub(crate) async fn write_pending(&self, p: Pending) -> Result<()> {
         let (options, group) = (self.options.clone(), p.marker_group.clone());
         let marker = Arc::new(blocking(move || MarkerGroup::new(&options, &group)).await?);
@@ -174,6 +175,17 @@ impl Committer {
     }
 }
 
+/// The write-ahead object of `p` is gone, and `p`'s marker says its records were not written
+/// (only then are they read): they are lost. Before, this read as no records, and the
+/// checkpoint was marked written without them (another attempt of the subtask, running beside
+/// this one, had removed the object as an orphan).
+fn missing(p: &Pending) -> floe_datastream::Error {
+    error(format!(
+        "the write-ahead object {} of checkpoint {} is gone though its marker says its records were not written",
+        p.file, p.checkpoint
+    ))
+}
+
 /// A pending checkpoint's records, a batch of whole records at a time.
 enum Records {
     Memory(Option<Bytes>),
@@ -199,8 +211,7 @@ impl Records {
                 carry: Vec::new(),
                 read_any: false,
             }),
-            // Removed after its commit (the marker tells).
-            Err(floe_storage::Error::NotFound { .. }) => Ok(Records::Memory(None)),
+            Err(floe_storage::Error::NotFound { .. }) => Err(missing(p)),
             Err(e) => Err(e.into()),
         }
     }
@@ -217,7 +228,11 @@ impl Records {
             } => loop {
                 let part = match reader.next_part().await {
                     Ok(part) => part,
-                    Err(floe_storage::Error::NotFound { .. }) if !*read_any => return Ok(None),
+                    Err(floe_storage::Error::NotFound { .. }) if !*read_any => {
+                        return Err(error(format!(
+                            "the write-ahead object {path} is gone though its checkpoint's marker says its records were not written"
+                        )));
+                    }
                     Err(e) => return Err(e.into()),
                 };
                 let Some(part) = part else {
@@ -433,10 +448,17 @@ mod tests {
         assert_eq!(got.len(), expected.len());
         assert!(got == expected, "the records read back differ");
 
-        // An object removed after its commit reads as no records.
+        // An object gone while it is still to be written (its records are read only when the
+        // marker says so) is an error naming it, not an empty checkpoint.
         store.delete("ahead").await.unwrap();
-        let mut gone = Records::open(Some(&store), &pending).await.unwrap();
-        assert!(gone.next().await.unwrap().is_none());
+        let gone = Records::open(Some(&store), &pending)
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            gone.to_string().contains("ahead of checkpoint 1 is gone"),
+            "{gone}"
+        );
 
         // One cut inside a record is an error naming the object.
         let mut writer = store.writer("cut").await.unwrap();

@@ -23,6 +23,9 @@ impl TaskExecutor for TaskManager {
                 serde_json::json!({"call_epoch": epoch, "attempt": attempt.to_string()}),
             );
         })?;
+        if let Some(id) = &deployment.id {
+            self.admit_attempt(id)?;
+        }
         self.start_task(deployment)?;
         Ok(Response::new(pb::Ack {}))
     }
@@ -33,6 +36,7 @@ impl TaskExecutor for TaskManager {
     ) -> Result<Response<pb::Ack>, Status> {
         self.admit_call(&request)?;
         let id = request.into_inner();
+        self.note_canceled(&id);
         if let Some(canceled) = self.cancel(&id) {
             self.finish(canceled);
         }
@@ -123,6 +127,7 @@ impl TaskExecutor for TaskManager {
         let job_id = request.into_inner().job_id;
         self.inner.shuffle.release_job(&job_id);
         lock(&self.inner.jobs).remove(&job_id);
+        self.forget_attempts(&job_id);
         Ok(Response::new(pb::Ack {}))
     }
 }

@@ -95,6 +95,10 @@ struct Inner {
     registry: JobRegistry,
     jobs: Mutex<HashMap<String, Arc<BuiltJob>>>,
     tasks: Mutex<HashMap<tasks::AttemptKey, tasks::TaskEntry>>,
+    /// Per subtask, the newest attempt deployed here and the newest canceled
+    /// ([`tasks::SeenAttempts`]): a deployment that arrives after its cancel, or after a newer
+    /// attempt's, is refused.
+    attempts: Mutex<HashMap<tasks::SubtaskKey, tasks::SeenAttempts>>,
     /// Local scratch space: blocking partitions, RocksDB instances.
     data_dir: PathBuf,
     /// Slots it offers (its `/metrics`).
@@ -229,6 +233,7 @@ async fn start(config: TaskManagerConfig) -> Result<(TaskManager, Served)> {
             registry: config.registry.clone(),
             jobs: Mutex::new(HashMap::new()),
             tasks: Mutex::new(HashMap::new()),
+            attempts: Mutex::new(HashMap::new()),
             data_dir: config.data_dir.clone(),
             slots: config.slots,
             state_memory: config.managed_memory.map(memory::StateMemory::new),
@@ -316,6 +321,7 @@ mod tests {
                 registry: JobRegistry::builtin(),
                 jobs: Mutex::new(HashMap::new()),
                 tasks: Mutex::new(HashMap::new()),
+                attempts: Mutex::new(HashMap::new()),
                 data_dir: dir.to_path_buf(),
                 slots: 1,
                 state_memory: None,
@@ -431,6 +437,68 @@ mod tests {
             tm.heartbeat_payload().1.is_empty(),
             "gone once a heartbeat delivered it"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The JobManager sends a deployment and its cancel as two calls that can cross: a cancel
+    /// that arrives first must stop the deployment when it comes, and a deployment older than one
+    /// already deployed must not start (before, either ran beside the newer attempt). A newer
+    /// attempt cancels an older one still held.
+    #[tokio::test]
+    async fn a_deployment_after_its_cancel_or_a_newer_attempt_is_refused() {
+        let dir = std::env::temp_dir().join(format!("floe-tm-test-crossed-{}", std::process::id()));
+        let tm = taskmanager(&dir);
+        let with_attempt = |attempt: u64| {
+            let mut d = deployment("x");
+            if let Some(id) = d.id.as_mut() {
+                id.attempt = attempt;
+            }
+            d
+        };
+        let attempt_id = |attempt: u64| with_attempt(attempt).id.expect("id");
+        // Attempt 1 was canceled before its deployment arrived.
+        assert!(tm.cancel_task(tonic::Request::new(attempt_id(1))).await.is_ok());
+        let refused = tm
+            .submit_task(tonic::Request::new(with_attempt(1)))
+            .await
+            .expect_err("canceled first");
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            refused
+                .message()
+                .contains("attempt 1 of 0#0 of job job1 was canceled or replaced"),
+            "{}",
+            refused.message()
+        );
+        // Attempt 3 held here (running); attempt 2's deployment arrives after it: refused.
+        lock(&tm.inner.tasks).insert(
+            tasks::key(&attempt_id(3)),
+            tasks::TaskEntry {
+                abort: thread::TaskThread::detached(),
+                metrics: Arc::default(),
+                control: None,
+                state: ExecutionState::Running,
+                final_report: None,
+            },
+        );
+        tm.admit_attempt(&attempt_id(3)).expect("the newest attempt");
+        assert!(
+            tm.admit_attempt(&attempt_id(2)).is_err(),
+            "older than one deployed"
+        );
+        // Attempt 4 replaces attempt 3, which is canceled.
+        tm.admit_attempt(&attempt_id(4)).expect("a newer attempt");
+        let held = lock(&tm.inner.tasks)
+            .get(&tasks::key(&attempt_id(3)))
+            .map(|e| e.final_report.as_ref().map(|r| r.state));
+        assert_eq!(
+            held,
+            Some(Some(pb::ExecutionStateProto::Canceled as i32)),
+            "the replaced attempt ended CANCELED"
+        );
+        // The job ended: its attempts are forgotten.
+        tm.forget_attempts("job1");
+        assert!(lock(&tm.inner.attempts).is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -32,6 +32,29 @@ fn attempt_id((job_id, vertex, subtask, attempt): &AttemptKey) -> pb::ExecutionA
     }
 }
 
+/// A subtask: job, vertex, subtask.
+pub(crate) type SubtaskKey = (String, u32, u32);
+
+/// What this TaskManager was told about a subtask's attempts. The JobManager sends a deployment
+/// and a cancel as separate calls, so a cancel can arrive before the deployment it cancels; and a
+/// newer attempt replaces an older one only once the older one stopped. Without this, a canceled
+/// attempt whose deployment came late ran beside its successor (in a lifecycle campaign run, two
+/// attempts of each exactly-once Kafka sink subtask: the late one removed the other's write-ahead
+/// objects as orphans, and a checkpoint's records were lost).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SeenAttempts {
+    deployed: Option<u64>,
+    canceled: Option<u64>,
+}
+
+impl SeenAttempts {
+    /// Whether attempt `attempt` may start: neither canceled nor older than one deployed here.
+    /// Attempt numbers grow with every restart and JobManager epoch.
+    pub(crate) fn admits(&self, attempt: u64) -> bool {
+        self.canceled.is_none_or(|c| c < attempt) && self.deployed.is_none_or(|d| d < attempt)
+    }
+}
+
 /// One execution held here.
 #[derive(Debug)]
 pub(crate) struct TaskEntry {
@@ -155,6 +178,70 @@ impl TaskManager {
                 }
             }
         });
+    }
+
+    /// Admits the deployment of attempt `id` ([`SeenAttempts`]): refused when that attempt was
+    /// canceled or a newer one of its subtask was deployed here; older attempts of its subtask
+    /// still held here are canceled first (the JobManager replaced them).
+    pub(crate) fn admit_attempt(&self, id: &pb::ExecutionAttemptId) -> Result<(), tonic::Status> {
+        {
+            let mut seen = lock(&self.inner.attempts);
+            let entry = seen
+                .entry((id.job_id.clone(), id.vertex, id.subtask))
+                .or_default();
+            if !entry.admits(id.attempt) {
+                tracing::warn!(
+                    job = %id.job_id,
+                    vertex = id.vertex,
+                    subtask = id.subtask,
+                    attempt = id.attempt,
+                    ?entry,
+                    "refusing a deployment that arrived after its cancel or a newer attempt's"
+                );
+                return Err(tonic::Status::failed_precondition(format!(
+                    "attempt {} of {}#{} of job {} was canceled or replaced before its deployment arrived",
+                    id.attempt, id.vertex, id.subtask, id.job_id
+                )));
+            }
+            entry.deployed = Some(id.attempt);
+        }
+        let older: Vec<pb::ExecutionAttemptId> = lock(&self.inner.tasks)
+            .iter()
+            .filter(|((job, vertex, subtask, attempt), e)| {
+                *job == id.job_id
+                    && *vertex == id.vertex
+                    && *subtask == id.subtask
+                    && *attempt < id.attempt
+                    && e.final_report.is_none()
+            })
+            .map(|(k, _)| attempt_id(k))
+            .collect();
+        for old in older {
+            tracing::warn!(
+                attempt = old.attempt,
+                newer = id.attempt,
+                "canceling an attempt its successor replaces"
+            );
+            if let Some(canceled) = self.cancel(&old) {
+                self.finish(canceled);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remembers that attempt `id` was canceled, so that its deployment, if it comes later, is
+    /// refused.
+    pub(crate) fn note_canceled(&self, id: &pb::ExecutionAttemptId) {
+        let mut seen = lock(&self.inner.attempts);
+        let entry = seen
+            .entry((id.job_id.clone(), id.vertex, id.subtask))
+            .or_default();
+        entry.canceled = Some(entry.canceled.map_or(id.attempt, |c| c.max(id.attempt)));
+    }
+
+    /// Forgets the attempts of a job that ended.
+    pub(crate) fn forget_attempts(&self, job_id: &str) {
+        lock(&self.inner.attempts).retain(|(job, _, _), _| job != job_id);
     }
 
     /// Aborts a running execution for a cancel; its CANCELED report, or `None` when it is not
