@@ -242,6 +242,18 @@ impl std::fmt::Debug for FileSinkIo {
     }
 }
 
+/// Deletes `path`; one already gone is not an error. Every subtask of a run removes what a run it
+/// superseded left in progress, so two of them can list the same file, and the local file service
+/// says NotFound when the other's delete lands between its own check and removal (in the
+/// lifecycle campaign, seeds 7054 and 7059, that failed jobs at their stop with a savepoint).
+async fn delete_if_present(loc: &Location, path: &str) -> Result<()> {
+    match loc.op.delete(path).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::storage(path, e)),
+    }
+}
+
 async fn rename(loc: &Location, from: &str, to: &str) -> Result<()> {
     if loc.op.info().capability().rename {
         loc.op.rename(from, to).await.map_err(|e| Error::storage(to, e))
@@ -466,7 +478,7 @@ impl FileSinkIo {
             if stale {
                 let path = format!("{dir}/{name}");
                 tracing::info!(path, "removing a part the restored checkpoint does not cover");
-                loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
+                delete_if_present(&loc, &path).await?;
             }
         }
         self.lineages = taken.iter().map(|(l, _)| l.clone()).collect();
@@ -543,7 +555,7 @@ impl FileSinkIo {
             });
             if abandoned {
                 let path = format!("{dir}/{name}");
-                loc.op.delete(&path).await.map_err(|e| Error::storage(&path, e))?;
+                delete_if_present(&loc, &path).await?;
             }
         }
         Ok(())
