@@ -113,6 +113,9 @@ fn recover(
         let c = get(&cluster, &format!("/jobs/{id}/checkpoints"));
         (c["counts"]["completed"].as_u64().unwrap_or(0) >= 2).then_some(c)
     });
+    if let Some(dir) = storage.strip_prefix("file://") {
+        plant_uploads_never_acknowledged(Path::new(dir), &id);
+    }
     let job = get(&cluster, &format!("/jobs/{id}"));
     assert_eq!(
         job["state"], "RUNNING",
@@ -180,6 +183,7 @@ fn recover(
     }
     if let Some(dir) = storage.strip_prefix("file://") {
         covered_by_the_last_checkpoint(std::path::Path::new(dir), &id, &out)?;
+        only_retained_checkpoints_left(Path::new(dir), &id)?;
     }
     let after = get(&cluster, &format!("/jobs/{id}/checkpoints"));
     let restored = after["latest"]["restored"]["id"].as_u64();
@@ -377,6 +381,94 @@ fn covered_by_the_last_checkpoint(
                 "{name} was committed outside a checkpoint: the last one ({last}) records next parts {next_part:?}"
             )
             .into());
+        }
+    }
+    Ok(())
+}
+
+/// What a killed TaskManager leaves of a checkpoint that never completes (issue 31, item 11): a
+/// task's upload into a checkpoint directory that never gets its `_metadata`, and a shared state
+/// file no acknowledgement ever named. Nothing the running job does would remove them.
+fn plant_uploads_never_acknowledged(storage: &Path, job_id: &str) {
+    let dir = storage.join("checkpoints").join(job_id);
+    for (path, body) in [
+        ("chk-99999/0-0-1", "state of a checkpoint that never completed"),
+        (
+            "shared/9-9/never-acknowledged.sst",
+            "an SST file never acknowledged",
+        ),
+    ] {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+}
+
+/// Once the job ended, its storage holds exactly its retained checkpoints (`num-retained` 2):
+/// each `chk-{n}` left has its `_metadata`, and every shared file left is one of theirs. The
+/// JobManager sweeps after the job ends, so this waits for the planted uploads to go.
+fn only_retained_checkpoints_left(storage: &Path, job_id: &str) -> Result<(), Failed> {
+    let dir = storage.join("checkpoints").join(job_id);
+    let planted = [
+        dir.join("chk-99999"),
+        dir.join("shared/9-9/never-acknowledged.sst"),
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while planted.iter().any(|p| p.exists()) {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "30 s after the job ended, uploads of a checkpoint that never completed are still there: {planted:?}"
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut checkpoints = Vec::new();
+    let mut referenced = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "shared" {
+            continue;
+        }
+        let metadata = entry.path().join("_metadata");
+        if !metadata.exists() {
+            return Err(format!("{name} is left without metadata after the job ended").into());
+        }
+        let bytes = std::fs::read(metadata).unwrap();
+        // The 17-byte FLOE1 envelope header, then JSON.
+        let metadata: Value = serde_json::from_slice(&bytes[17..]).unwrap();
+        for snapshot in metadata["tasks"].as_object().unwrap().values() {
+            for file in snapshot["files"].as_array().into_iter().flatten() {
+                referenced.insert(file.as_str().unwrap().to_string());
+            }
+        }
+        checkpoints.push(name);
+    }
+    if !(1..=2).contains(&checkpoints.len()) {
+        return Err(
+            format!("the ended job keeps {checkpoints:?}, expected its 1-2 retained checkpoints").into(),
+        );
+    }
+    let shared = dir.join("shared");
+    let mut stack = vec![shared.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let relative = path.strip_prefix(storage).unwrap().to_string_lossy().into_owned();
+            if !referenced.contains(&relative) {
+                return Err(format!(
+                    "{relative} is left after the job ended, and no retained checkpoint ({checkpoints:?}) references it"
+                )
+                .into());
+            }
         }
     }
     Ok(())

@@ -260,8 +260,8 @@ fn floe_verify(manifest: &std::path::Path, args: &[&str]) -> std::process::Outpu
         .unwrap()
 }
 
-/// `floe verify` (issue 31): the pipeline disturbed by kills, pauses, stops with savepoints and
-/// suspends commits, in every run, exactly what it commits undisturbed, and that is every running
+/// `floe verify` (issue 31): the pipeline disturbed by kills, pauses, stops with savepoints,
+/// rescales and suspends commits, in every run, exactly what it commits undisturbed, and that is every running
 /// count of the independently computed reference.
 #[test]
 fn verify_proves_a_job_exactly_once_under_faults_and_lifecycle_operations() {
@@ -280,7 +280,7 @@ fn verify_proves_a_job_exactly_once_under_faults_and_lifecycle_operations() {
             "2",
             "--lifecycle",
             "--seed",
-            "3",
+            "23",
             "--work-dir",
             work.to_str().unwrap(),
         ],
@@ -303,6 +303,12 @@ fn verify_proves_a_job_exactly_once_under_faults_and_lifecycle_operations() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap();
     assert!(disturbances >= 2, "{stdout}");
+    // Seed 23 draws a rescale first in its second run (to parallelism 4 of the manifest's 2):
+    // the generator's splits and the keyed counts move to new subtasks through a savepoint.
+    assert!(
+        stdout.lines().any(|l| l.trim_start().starts_with("rescale ")),
+        "no rescale drawn: {stdout}\n{stderr}"
+    );
     assert!(!work.exists(), "an exact verify leaves no work directory");
 }
 

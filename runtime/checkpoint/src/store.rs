@@ -184,6 +184,47 @@ impl CheckpointStore {
             .collect())
     }
 
+    /// The final sweep of a job that ended: deletes every `chk-{n}` that is not in `retained` (an
+    /// aborted checkpoint's claim and uploads, one retention missed) and every shared state object
+    /// no retained checkpoint references. No time margin is needed, unlike
+    /// [`CheckpointStore::unreferenced_shared`]: an ended job's tasks upload nothing more, and
+    /// only a restore of a retained checkpoint names its files again. Returns the checkpoint ids
+    /// and the number of shared objects deleted.
+    pub async fn sweep_ended(
+        &self,
+        job_id: &str,
+        retained: &[std::sync::Arc<CompletedCheckpoint>],
+    ) -> Result<(Vec<u64>, usize)> {
+        let kept: std::collections::BTreeSet<u64> = retained.iter().map(|c| c.id).collect();
+        let referenced: std::collections::BTreeSet<&str> = retained
+            .iter()
+            .flat_map(|c| c.tasks.values())
+            .flat_map(|t| t.files.iter().map(String::as_str))
+            .collect();
+        let mut deleted = Vec::new();
+        for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
+            if let Some(id) = checkpoint_id(&name)
+                && !kept.contains(&id)
+            {
+                self.delete(job_id, id).await?;
+                deleted.push(id);
+            }
+        }
+        let shared = format!("checkpoints/{job_id}/shared");
+        let doomed: Vec<String> = self
+            .store
+            .list_all_with_times(&shared)
+            .await?
+            .into_iter()
+            .map(|(name, _)| format!("{shared}/{name}"))
+            .filter(|path| !referenced.contains(path.as_str()))
+            .collect();
+        if !doomed.is_empty() {
+            self.store.delete_many(&doomed).await?;
+        }
+        Ok((deleted, doomed.len()))
+    }
+
     /// Deletes a checkpoint that fell out of retention.
     pub async fn delete(&self, job_id: &str, id: u64) -> Result<()> {
         self.store.delete_all(&dir(job_id, id)).await?;
@@ -378,6 +419,59 @@ mod tests {
         let whole = objects.get(meta).await.unwrap();
         objects.put(meta, whole.slice(..whole.len() - 5)).await.unwrap();
         assert!(checkpoints.unreferenced_shared(&latest, cutoff).await.is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Issue 31, item 11: when a job ends, its storage keeps exactly its retained checkpoints:
+    /// an aborted checkpoint's directory, a checkpoint retention missed and shared uploads never
+    /// acknowledged go, however recent; what a retained checkpoint references stays.
+    #[tokio::test]
+    async fn the_sweep_of_an_ended_job_keeps_exactly_the_retained_checkpoints() {
+        let (checkpoints, objects, dir) = store("ended");
+        let mut kept = Vec::new();
+        for id in [4, 5] {
+            let mut c = checkpoint(id);
+            c.tasks
+                .get_mut("count#0")
+                .unwrap()
+                .files
+                .push(format!("checkpoints/job1/shared/0-0/i1~{id}.sst"));
+            checkpoints.write(&c).await.unwrap();
+            kept.push(std::sync::Arc::new(c));
+        }
+        // 3 fell out of retention but its delete failed; 6 was aborted (a claim and an upload).
+        checkpoints.write(&checkpoint(3)).await.unwrap();
+        assert!(checkpoints.claim("job1", 6, "epoch 1").await.unwrap());
+        objects
+            .put("checkpoints/job1/chk-6/0-0-1", b"state".to_vec())
+            .await
+            .unwrap();
+        for path in [
+            "checkpoints/job1/shared/0-0/i1~4.sst",
+            "checkpoints/job1/shared/0-0/i1~5.sst",
+            "checkpoints/job1/shared/0-0/i1~6.sst",
+            "checkpoints/job1/shared/1-0/i0~2.sst",
+        ] {
+            objects.put(path, b"sst".to_vec()).await.unwrap();
+        }
+        let (deleted, swept) = checkpoints.sweep_ended("job1", &kept).await.unwrap();
+        assert_eq!((deleted, swept), (vec![3, 6], 2));
+        assert_eq!(
+            objects.list("checkpoints/job1").await.unwrap(),
+            vec!["chk-4/", "chk-5/", "shared/"]
+        );
+        let mut shared: Vec<String> = objects
+            .list_all_with_times("checkpoints/job1/shared")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        shared.sort();
+        assert_eq!(shared, vec!["0-0/i1~4.sst", "0-0/i1~5.sst"]);
+        for c in &kept {
+            assert_eq!(checkpoints.load("job1", c.id).await.unwrap(), **c);
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -70,8 +70,8 @@ enum Command {
         keep_ui: bool,
     },
     /// Prove a job exactly-once before production: run it undisturbed once, then RUNS times under
-    /// random faults (and with --lifecycle, stops with savepoints and suspends, each resumed by a
-    /// new deployment), comparing every run's committed output with the undisturbed run's. The
+    /// random faults (and with --lifecycle, stops with savepoints, rescales and suspends, each
+    /// resumed by a new deployment), comparing every run's committed output with the undisturbed run's. The
     /// job needs bounded input and an --output directory. Exits 0 only when every output is exact.
     Verify {
         #[arg(short = 'f', long = "file")]
@@ -87,8 +87,8 @@ enum Command {
             default_value = "tm-kill,tm-term,tm-pause,jm-kill,jm-pause"
         )]
         faults: Vec<crate::verify::Fault>,
-        /// Also stop with a savepoint and resume, and suspend and resume in last-state mode
-        /// (STREAMING jobs with checkpoints).
+        /// Also stop with a savepoint and resume (at the same or another parallelism), and
+        /// suspend and resume in last-state mode (STREAMING jobs with checkpoints).
         #[arg(long)]
         lifecycle: bool,
         /// Run `i` draws its schedule from seed + i: a failing run is replayed with its seed.

@@ -11,8 +11,16 @@
 //! (`tests/fault_campaign.rs`, `tests/lifecycle_campaign.rs`): a TaskManager killed (SIGKILL) or
 //! terminated (SIGTERM) and restarted under its id, or paused (SIGSTOP, then SIGCONT); the
 //! JobManager killed and restarted (it resumes the job from its operation log) or paused; and
-//! with `--lifecycle` a stop with a savepoint and a new deployment from it, and a suspend (every
-//! process killed) and a new deployment in `last-state` mode from the latest checkpoint.
+//! with `--lifecycle` a stop with a savepoint and a new deployment from it, the same at another
+//! parallelism (a rescale: keyed state is redistributed across the new subtasks), and a suspend
+//! (every process killed) and a new deployment in `last-state` mode from the latest checkpoint.
+//!
+//! Two lifecycle operations are not drawn, because for a bounded job they change the output by
+//! definition rather than by a fault: a stateless redeploy (the new run starts its input over, so
+//! its output adds to the first run's) and a mid-run `stop --drain` (it fires every window and
+//! timer as if input ended, so windowed results differ from an undisturbed run's). The lifecycle
+//! campaign (`tests/lifecycle_campaign.rs`) covers both on Floe's own Kafka job, whose reference
+//! accounts for them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,6 +59,9 @@ pub enum Disturbance {
     StopResume,
     /// Every process killed, then a new deployment in `last-state` mode.
     SuspendResume,
+    /// Stop with a savepoint, then a new deployment from it at another parallelism (within the
+    /// cluster's slots; a plain stop and resume where there are fewer than 2).
+    Rescale,
 }
 
 impl std::fmt::Display for Disturbance {
@@ -62,6 +73,7 @@ impl std::fmt::Display for Disturbance {
             }
             Disturbance::StopResume => f.write_str("stop-resume"),
             Disturbance::SuspendResume => f.write_str("suspend-resume"),
+            Disturbance::Rescale => f.write_str("rescale"),
         }
     }
 }
@@ -221,6 +233,8 @@ struct Run<'a> {
     client: Option<Client>,
     job_id: Option<String>,
     known: Vec<String>,
+    /// The parallelism a rescale deployed (`None`: the manifest's).
+    parallelism: Option<u32>,
 }
 
 const TERMINAL: [&str; 3] = ["FINISHED", "FAILED", "CANCELED"];
@@ -252,6 +266,9 @@ impl Run<'_> {
         job.metadata.uid = Some(self.uid.clone());
         job.metadata.generation = Some(self.generation);
         job.spec.job.upgrade_mode = upgrade_mode;
+        if let Some(p) = self.parallelism {
+            job.spec.job.parallelism = floe_manifest::Parallelism::Fixed(p);
+        }
         job.status = None;
         let conf = &mut job.spec.configuration;
         conf.insert(
@@ -361,6 +378,26 @@ impl Run<'_> {
         bail!("the stop with a savepoint failed 5 times")
     }
 
+    /// Another parallelism than the current one, in 1..=every slot of the cluster (`None`, the
+    /// current one kept, when there are fewer than 2 slots).
+    fn rescaled(&self, rng: &mut Rng) -> Option<u32> {
+        let tm = &self.job.spec.task_manager;
+        let slots = tm.replicas.max(1) * tm.slots.max(1);
+        let current = self.parallelism.or(match self.job.spec.job.parallelism {
+            floe_manifest::Parallelism::Fixed(p) => Some(p),
+            floe_manifest::Parallelism::Auto => None,
+        });
+        if slots < 2 {
+            return self.parallelism;
+        }
+        loop {
+            let p = 1 + rng.below(u64::from(slots)) as u32;
+            if Some(p) != current {
+                return Some(p);
+            }
+        }
+    }
+
     fn disturb(&mut self, d: Disturbance, rng: &mut Rng) -> anyhow::Result<()> {
         let tms = self.cluster().taskmanager_pids();
         // None while every TaskManager is down (restarted by `supervise`): a TaskManager fault
@@ -391,7 +428,10 @@ impl Run<'_> {
                     signal(pid, "-CONT");
                 }
             }
-            Disturbance::StopResume => {
+            Disturbance::StopResume | Disturbance::Rescale => {
+                if d == Disturbance::Rescale {
+                    self.parallelism = self.rescaled(rng);
+                }
                 if let Some(savepoint) = self.stop()? {
                     self.generation += 1;
                     self.deploy(floe_manifest::UpgradeMode::Savepoint, Some(&savepoint))?;
@@ -437,6 +477,7 @@ fn run_once(
         client: None,
         job_id: None,
         known: Vec::new(),
+        parallelism: None,
     };
     run.deploy(job.spec.job.upgrade_mode, None)?;
     let planned = if kinds.is_empty() { 0 } else { 1 + rng.below(3) };
@@ -478,7 +519,11 @@ pub fn verify(job: &FlinkJob, options: &Options) -> anyhow::Result<Verdict> {
     check_job(job, options)?;
     let mut kinds: Vec<Disturbance> = options.faults.iter().copied().map(Disturbance::Fault).collect();
     if options.lifecycle {
-        kinds.extend([Disturbance::StopResume, Disturbance::SuspendResume]);
+        kinds.extend([
+            Disturbance::StopResume,
+            Disturbance::SuspendResume,
+            Disturbance::Rescale,
+        ]);
     }
     let mut reference = RunReport::default();
     let started = Instant::now();

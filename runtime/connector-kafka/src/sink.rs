@@ -458,6 +458,31 @@ impl SinkWriter for KafkaSinkWriter {
     }
 }
 
+/// A writer dropped with its write-ahead object open (its task was canceled, or its TaskManager
+/// stopped with SIGTERM): the object is aborted in the background, so no incomplete upload is
+/// left (a local file's temporary, an S3 multipart upload), and the storage layer does not warn
+/// of a writer "not closed or aborted". Its records belong to no completed checkpoint.
+impl Drop for KafkaSinkWriter {
+    fn drop(&mut self) {
+        let Some(a) = self.ahead.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = a.writer.abort().await {
+                        tracing::warn!("Kafka sink: abandoning the write-ahead object {}: {e}", a.file);
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                "Kafka sink: dropped outside a runtime; the write-ahead object {} is left incomplete",
+                a.file
+            ),
+        }
+    }
+}
+
 /// The consumer group whose offset marks the checkpoints the run `run` wrote through
 /// `transactional_id`.
 fn marker_group(transactional_id: &str, run: &str) -> String {

@@ -363,6 +363,57 @@ impl JobManager {
     }
 }
 
+impl JobManager {
+    /// The final sweep of a job that ended (issue 31, item 11): its storage keeps exactly its
+    /// retained checkpoints. Aborted checkpoints' directories, shared uploads never acknowledged
+    /// and anything an earlier delete missed would otherwise stay for good, since nothing runs for
+    /// the job again. It waits for a checkpoint completion still in flight (it may become
+    /// retained), and does nothing for a job whose checkpoints were never read back (what it
+    /// retains is unknown) or when this JobManager is fenced.
+    pub(crate) fn sweep_ended_job(&self, job_id: &str) {
+        let this = self.clone();
+        let job_id = job_id.to_string();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+            let (store, retained) = loop {
+                if this.fatal().is_some() {
+                    return;
+                }
+                {
+                    let state = this.state();
+                    let Some(job) = state.jobs.get(&job_id) else {
+                        return;
+                    };
+                    let Some(checkpoints) = job.master.checkpoints.as_ref().filter(|c| c.ready) else {
+                        return;
+                    };
+                    if !job.master.checkpoint_completion_in_flight() {
+                        let Ok(store) = checkpoint_store(&job.master.args.configuration) else {
+                            return;
+                        };
+                        break (store, checkpoints.retained().to_vec());
+                    }
+                }
+                if tokio::time::Instant::now() > deadline {
+                    tracing::warn!(job = %job_id, "a checkpoint completion never ended; the ended job's storage is not swept");
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            };
+            match store.sweep_ended(&job_id, &retained).await {
+                Ok((checkpoints, shared)) => tracing::info!(
+                    job = %job_id,
+                    retained = ?retained.iter().map(|c| c.id).collect::<Vec<_>>(),
+                    deleted_checkpoints = ?checkpoints,
+                    deleted_shared_objects = shared,
+                    "the ended job's storage keeps only its retained checkpoints"
+                ),
+                Err(e) => tracing::warn!(job = %job_id, "could not sweep the ended job's storage: {e}"),
+            }
+        });
+    }
+}
+
 /// The listing sweep of the job's shared state (see `CheckpointStore::unreferenced_shared`):
 /// what no checkpoint references and nothing will name again goes. A failure only leaves it for
 /// the next sweep.

@@ -428,6 +428,11 @@ impl JobCheckpoints {
     pub fn pending(&self) -> Option<u64> {
         self.coordinator.pending()
     }
+
+    /// The checkpoints retention keeps: what a restore may still read of the job's own storage.
+    pub fn retained(&self) -> &[Arc<CompletedCheckpoint>] {
+        &self.retained
+    }
 }
 
 /// A shared (incremental) state file, which several checkpoints may reference.

@@ -138,30 +138,35 @@ impl Drop for MotoServer {
     }
 }
 
-/// CreateBucket on the moto server at `address` (moto does not check signatures).
+/// One request without a body to the S3 server at `address` (moto does not check signatures);
+/// the reply, which must be `200` (else a panic naming `what`).
+fn request(address: &str, method: &str, target: &str, what: &str) -> String {
+    let mut s = TcpStream::connect(address).unwrap();
+    write!(
+        s,
+        "{method} {target} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{what}: {reply}");
+    reply
+}
+
 /// The multipart uploads begun in `bucket` and neither completed nor aborted (S3's
 /// ListMultipartUploads): each is storage a bucket pays for until a lifecycle rule removes it.
 pub fn open_multipart_uploads(address: &str, bucket: &str) -> usize {
-    let mut s = TcpStream::connect(address).unwrap();
-    write!(
-        s,
-        "GET /{bucket}?uploads HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    request(
+        address,
+        "GET",
+        &format!("/{bucket}?uploads"),
+        "ListMultipartUploads",
     )
-    .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    assert!(reply.starts_with("HTTP/1.1 200"), "ListMultipartUploads: {reply}");
-    reply.matches("<UploadId>").count()
+    .matches("<UploadId>")
+    .count()
 }
 
+/// CreateBucket on the moto server at `address`.
 pub fn create_bucket(address: &str, bucket: &str) {
-    let mut s = TcpStream::connect(address).unwrap();
-    write!(
-        s,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    assert!(reply.starts_with("HTTP/1.1 200"), "CreateBucket: {reply}");
+    request(address, "PUT", &format!("/{bucket}"), "CreateBucket");
 }

@@ -349,6 +349,24 @@ mod tests {
         }
     }
 
+    /// A task held as running under `id` (no thread behind it), reached through `control`.
+    fn hold_running(
+        tm: &TaskManager,
+        id: &pb::ExecutionAttemptId,
+        control: Option<tokio::sync::mpsc::UnboundedSender<floe_datastream::checkpoint::Control>>,
+    ) {
+        lock(&tm.inner.tasks).insert(
+            tasks::key(id),
+            tasks::TaskEntry {
+                abort: thread::TaskThread::detached(),
+                metrics: Arc::default(),
+                control,
+                state: ExecutionState::Running,
+                final_report: None,
+            },
+        );
+    }
+
     #[tokio::test]
     async fn refuses_a_task_whose_graph_differs_from_the_jobmanagers() {
         let dir = std::env::temp_dir().join(format!("floe-tm-test-{}", std::process::id()));
@@ -471,16 +489,7 @@ mod tests {
             refused.message()
         );
         // Attempt 3 held here (running); attempt 2's deployment arrives after it: refused.
-        lock(&tm.inner.tasks).insert(
-            tasks::key(&attempt_id(3)),
-            tasks::TaskEntry {
-                abort: thread::TaskThread::detached(),
-                metrics: Arc::default(),
-                control: None,
-                state: ExecutionState::Running,
-                final_report: None,
-            },
-        );
+        hold_running(&tm, &attempt_id(3), None);
         tm.admit_attempt(&attempt_id(3)).expect("the newest attempt");
         assert!(
             tm.admit_attempt(&attempt_id(2)).is_err(),
@@ -550,16 +559,7 @@ mod tests {
                 attempt: floe_scheduler::execution_graph::first_attempt_of_epoch(epoch),
                 ..deployment("x").id.expect("id")
             };
-            lock(&tm.inner.tasks).insert(
-                tasks::key(&id),
-                tasks::TaskEntry {
-                    abort: thread::TaskThread::detached(),
-                    metrics: Arc::default(),
-                    control: Some(tx),
-                    state: ExecutionState::Running,
-                    final_report: None,
-                },
-            );
+            hold_running(&tm, &id, Some(tx));
             receivers.push(rx);
         }
         let mut notify = tonic::Request::new(pb::CheckpointCompleteRequest {

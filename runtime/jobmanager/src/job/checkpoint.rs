@@ -130,6 +130,12 @@ impl JobMaster {
         true
     }
 
+    /// A checkpoint's completion (its log append) is under way: it may still become retained.
+    /// Only a running job begins one, so once a job has ended this turns false for good.
+    pub fn checkpoint_completion_in_flight(&self) -> bool {
+        self.checkpoint_completing.is_some()
+    }
+
     /// The completing append failed: the checkpoint does not count, restarts go on.
     pub fn checkpoint_not_logged(&mut self) {
         self.checkpoint_completing = None;

@@ -172,6 +172,8 @@ impl JobManager {
                                 .map(|url| (url.clone(), conf.clone()));
                         }
                     }
+                    // Its storage keeps only its retained checkpoints (issue 31, item 11).
+                    this.sweep_ended_job(&job_id);
                     if let Some((url, conf)) = remote_storage {
                         let job_id = job_id.clone();
                         tokio::spawn(async move {
