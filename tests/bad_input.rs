@@ -736,6 +736,57 @@ fn valid_edge_rows() -> Vec<Row> {
     ]
 }
 
+/// Issue 34, item 9: configuration keys Floe does not read are warned of before the job starts,
+/// naming the key a typo is nearest to, or what to use instead of a Flink key Floe does not
+/// implement; the job still runs, and its output is exact.
+fn unread_keys_row() -> Row {
+    let name = "manifest: configuration keys Floe does not read (warned, the job runs)";
+    Row {
+        name,
+        needs_moto: false,
+        run: Box::new(move || {
+            let dir = row_dir(name);
+            let input = small_input(&dir);
+            let output = dir.join("out");
+            let yaml = wordcount_yaml(&input, &output, |y| {
+                y + "    execution.bufer-timeout: \"50\"\n    state.checkpoints.dir: /tmp/checkpoints\n"
+            });
+            let manifest = dir.join("job.yaml");
+            std::fs::write(&manifest, yaml).unwrap();
+            let started = Instant::now();
+            let out = Command::new(FLOE)
+                .args(["run", "-f", manifest.to_str().unwrap(), "--work-dir"])
+                .arg(dir.join("work"))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            check(out.status.success(), || {
+                format!("exit {:?}: {stderr}", out.status.code())
+            })?;
+            let warnings: Vec<&str> = stderr.lines().filter(|l| l.starts_with("warning:")).collect();
+            let expected_typo = "warning: spec.configuration: configuration key \"execution.bufer-timeout\" \
+                                 is not one Floe reads and is ignored; did you mean \"execution.buffer-timeout\"?";
+            let expected_flink = "warning: spec.configuration: configuration key \"state.checkpoints.dir\" has \
+                                  no effect: Floe does not implement it (checkpoints go to floe.job-storage.url";
+            check(
+                warnings.len() == 2
+                    && warnings[0] == expected_typo
+                    && warnings[1].starts_with(expected_flink),
+                || format!("warnings: {warnings:#?}"),
+            )?;
+            let mut got: Vec<(String, u64)> = output_lines(&output);
+            got.sort();
+            check(got == bytes_reference(&input), || format!("{got:?}"))?;
+            Ok(Seen {
+                said: warnings.join(" / "),
+                exit: out.status.code(),
+                took: started.elapsed(),
+            })
+        }),
+    }
+}
+
 /// A cluster of `taskmanagers` x `slots` for rows that talk to a running JobManager.
 fn cluster(name: &str, taskmanagers: u32, slots: u32) -> LocalCluster {
     local_cluster(name, taskmanagers, slots).0
@@ -1012,6 +1063,7 @@ fn main() {
         data_rows(),
         storage_rows(),
         valid_edge_rows(),
+        vec![unread_keys_row()],
         cluster_rows(),
         rest_rows(),
         leak_rows(),

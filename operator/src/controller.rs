@@ -354,6 +354,35 @@ where
     .map_err(Error::Kube)
 }
 
+/// The keys of `spec.configuration` Floe does not read (issue 34, item 9), once per generation
+/// (the first reconcile of a spec, before its status records the generation): a misspelled key
+/// runs the job as if unset, and `kubectl describe` is where a user looks. An event's note holds
+/// 1 KiB; the first findings are enough to act on.
+fn configuration_warning(job: &FlinkJob) -> Option<String> {
+    let observed = job.status.as_ref().and_then(|s| s.observed_generation);
+    if observed.is_some() && observed == job.metadata.generation {
+        return None;
+    }
+    let findings = floe_config::check(job.spec.configuration.keys().map(String::as_str));
+    if findings.is_empty() {
+        return None;
+    }
+    let mut note = findings
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if note.len() > 1000 {
+        let mut end = 990;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str(" ...");
+    }
+    Some(note)
+}
+
 async fn publish(ctx: &Context, job: &FlinkJob, type_: EventType, reason: &str, note: String) {
     let event = Event {
         type_,
@@ -639,6 +668,9 @@ pub async fn apply(job: Arc<FlinkJob>, ctx: Arc<Context>) -> Result<Action> {
         write_status(&ctx, &job, &status).await?;
         return Ok(Action::await_change());
     }
+    if let Some(note) = configuration_warning(&job) {
+        publish(&ctx, &job, EventType::Warning, "ConfigurationKeys", note).await;
+    }
     let url = (ctx.jobmanager_url)(&job);
     let suspended = job.spec.job.state == DesiredState::Suspended;
     let was_suspended =
@@ -890,4 +922,39 @@ pub async fn run(client: Client, namespaces: Vec<String>, ctx: Context) {
         })
     });
     futures::future::join_all(controllers).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 34, item 9: a key Floe does not read is a Warning event at the first reconcile of
+    /// each generation that has one, naming the key it is nearest to; not at every reconcile.
+    #[test]
+    fn unknown_configuration_keys_are_a_warning_once_per_generation() {
+        let mut job = crate::resources::testing::example();
+        job.metadata.generation = Some(2);
+        job.spec
+            .configuration
+            .insert("execution.checkpointing.intervall".into(), "10 s".into());
+        let note = configuration_warning(&job).expect("a new generation with an unknown key");
+        assert!(
+            note.contains("\"execution.checkpointing.intervall\" is not one Floe reads")
+                && note.contains("did you mean \"execution.checkpointing.interval\"?"),
+            "{note}"
+        );
+        job.status = Some(FlinkJobStatus {
+            observed_generation: Some(2),
+            ..FlinkJobStatus::default()
+        });
+        assert_eq!(
+            configuration_warning(&job),
+            None,
+            "this generation was reconciled"
+        );
+        job.metadata.generation = Some(3);
+        assert!(configuration_warning(&job).is_some());
+        job.spec.configuration.clear();
+        assert_eq!(configuration_warning(&job), None, "nothing unknown");
+    }
 }

@@ -234,11 +234,10 @@ pub(super) fn deployment(
             ]
             .into_iter()
             // The JobManager reads its configuration from the manifest; a TaskManager gets the
-            // keys it needs as Flink's dynamic properties.
+            // keys it reads itself (internal TLS, managed memory) as Flink's dynamic properties.
             .chain(
-                spec.configuration
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("security.ssl.internal."))
+                floe_config::process_properties(&spec.configuration)
+                    .into_iter()
                     .map(|(k, v)| format!("-D{k}={v}")),
             )
             .collect(),
@@ -605,6 +604,32 @@ mod tests {
             "{manifest}"
         );
         assert!(!manifest.contains("BEGIN"), "no key material in the ConfigMap");
+    }
+
+    /// Issue 34, item 9: the managed memory keys a TaskManager reads from its own properties
+    /// reach it from `spec.configuration` (before, only the TLS keys did, and a job's
+    /// `taskmanager.memory.managed.size` changed nothing); job keys stay in the manifest.
+    #[test]
+    fn taskmanagers_get_the_managed_memory_keys_of_the_configuration() {
+        let mut job = example();
+        for (k, v) in [
+            ("taskmanager.memory.managed.size", "512m"),
+            ("state.backend.rocksdb.memory.managed", "true"),
+            ("execution.checkpointing.interval", "10 s"),
+        ] {
+            job.spec.configuration.insert(k.into(), v.into());
+        }
+        let d = desired(&job, &defaults());
+        let tm = container(&d.taskmanager).args.clone().unwrap();
+        assert!(
+            tm.contains(&"-Dtaskmanager.memory.managed.size=512m".to_string()),
+            "{tm:?}"
+        );
+        assert!(
+            tm.contains(&"-Dstate.backend.rocksdb.memory.managed=true".to_string()),
+            "{tm:?}"
+        );
+        assert!(!tm.iter().any(|a| a.contains("checkpointing")), "{tm:?}");
     }
 
     #[test]

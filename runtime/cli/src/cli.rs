@@ -58,6 +58,9 @@ enum Command {
     },
     /// List the registered jobs and the arguments each takes.
     Jobs,
+    /// List the configuration keys Floe reads (a Markdown table: value, default, who reads it,
+    /// what it does), and the Flink keys it does not implement.
+    Config,
     /// Run a FlinkJob manifest on a local cluster of real processes.
     Run {
         #[arg(short = 'f', long = "file")]
@@ -71,8 +74,9 @@ enum Command {
     },
     /// Prove a job exactly-once before production: run it undisturbed once, then RUNS times under
     /// random faults (and with --lifecycle, stops with savepoints, rescales and suspends, each
-    /// resumed by a new deployment), comparing every run's committed output with the undisturbed run's. The
-    /// job needs bounded input and an --output directory. Exits 0 only when every output is exact.
+    /// resumed by a new deployment), comparing every run's committed output with the undisturbed
+    /// run's. The job needs bounded input and an --output directory. Exits 0 only when every
+    /// output is exact.
     Verify {
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
@@ -346,6 +350,10 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
         }
         Command::Jobs => {
             print!("{}", registry.usage());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config => {
+            print!("{}", floe_config::markdown());
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {

@@ -60,15 +60,6 @@ fn progress_line(s: &JobStatusResponse, elapsed: Duration) -> String {
     )
 }
 
-/// The job's `security.ssl.internal.*` keys: every process of the local cluster gets them (`-D`),
-/// and this one sets up internal TLS from them to talk to its JobManager.
-fn internal_tls_properties(conf: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
-    conf.iter()
-        .filter(|(k, _)| k.starts_with("security.ssl.internal."))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 /// The manifest the local JobManager runs in application mode: job storage in the work directory
 /// (the manifest's `spec.storage` is the cluster's; a laptop keeps its own), and a uid naming this run,
 /// so a JobManager restarted during the run resumes this run's job and a new `floe run` starts anew.
@@ -100,6 +91,9 @@ fn local_manifest(job: &FlinkJob, work_dir: &Path) -> anyhow::Result<std::path::
 pub fn preflight(job: &FlinkJob, registry: &floe_datastream::JobRegistry) -> anyhow::Result<()> {
     let planned = crate::plan_cmd::manifest_job(job, registry, None)?;
     floe_jobmanager::job::validate_configuration(&planned.configuration)?;
+    for finding in floe_config::check(job.spec.configuration.keys().map(String::as_str)) {
+        eprintln!("warning: spec.configuration: {finding}");
+    }
     if let Err(e) = floe_scheduler::Plan::new(planned.graph, Some(&planned.offer)) {
         let tm = &job.spec.task_manager;
         anyhow::bail!(
@@ -170,7 +164,7 @@ pub async fn run(job: &FlinkJob, work_dir: &Path, keep_ui: bool) -> anyhow::Resu
         job_file: Some(local_manifest(job, work_dir)?),
         placement: None,
         env: Vec::new(),
-        properties: internal_tls_properties(&job.spec.configuration),
+        properties: floe_config::process_properties(&job.spec.configuration),
     };
     let started = Instant::now();
     let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&spec)).await??;

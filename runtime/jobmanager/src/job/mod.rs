@@ -310,6 +310,10 @@ impl JobMaster {
         first_attempt: u64,
     ) -> Result<Self> {
         validate_configuration(&args.configuration)?;
+        // Keys Floe does not read run the job as if unset: said where the job's logs are.
+        for finding in floe_config::check(args.configuration.keys().map(String::as_str)) {
+            tracing::warn!(job = %id, "{finding}");
+        }
         let restart = RestartBackoff::new(RestartStrategy::from_configuration(&args.configuration)?);
         let slot_request_timeout = duration_setting(&args.configuration, SLOT_REQUEST_TIMEOUT_KEY)?;
         let remote_shuffle =
