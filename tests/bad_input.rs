@@ -580,6 +580,67 @@ fn data_rows() -> Vec<Row> {
     ]
 }
 
+/// Issue 34, item 4: a Nexmark JSON line that is not an event (a price given as a string) fails
+/// the job at once, without restarts (before, the task panicked, was retried three times reading
+/// the whole file again, and the message named neither file nor line): exit 1, the file, the
+/// line's number and the field in the message, within the bound, no output.
+fn bad_record_row() -> Row {
+    let name = "data: a malformed Nexmark JSON line (fails at once, naming file, line and field)";
+    Row {
+        name,
+        needs_moto: false,
+        run: Box::new(move || {
+            let dir = row_dir(name);
+            let input = dir.join("events");
+            std::fs::create_dir_all(&input).unwrap();
+            let bid = |n: u64, price: &str| {
+                format!(
+                    "{{\"event_type\":2,\"person\":null,\"auction\":null,\"bid\":{{\"auction\":{n},\"bidder\":7,\
+                     \"price\":{price},\"channel\":\"Google\",\"url\":\"https://nexmark.com/a\",\
+                     \"dateTime\":\"2015-07-15 00:00:0{n}.000\",\"extra\":\"\"}}}}\n"
+                )
+            };
+            let events: String =
+                [bid(1, "100"), bid(2, "200"), bid(3, "\"300 USD\""), bid(4, "400")].concat();
+            std::fs::write(input.join("events-0.json"), events).unwrap();
+            let output = dir.join("out");
+            let yaml = format!(
+                "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: nexmark }}\nspec:\n  job:\n    \
+                 name: nexmark\n    args: [\"--query\", \"q1\", \"--input\", \"{}\", \"--output\", \"{}\"]\n    \
+                 parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 1 }}\n",
+                input.display(),
+                output.display()
+            );
+            let seen = floe_run_yaml(&dir, &yaml)?;
+            check(seen.exit == Some(1), || {
+                format!("exit {:?}: {}", seen.exit, seen.said)
+            })?;
+            says(
+                &seen,
+                &[
+                    &format!("bad record in {}/events-0.json, line 3:", input.display()),
+                    "field `bid.price`: invalid type: string \"300 USD\", expected u64",
+                ],
+            )?;
+            // One failure of the one source task: a restart would have failed it again.
+            let failures: usize = std::fs::read_dir(dir.join("work").join("logs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("taskmanager"))
+                .map(|e| {
+                    let log = std::fs::read_to_string(e.path()).unwrap_or_default();
+                    log.matches("task failed").count()
+                })
+                .sum();
+            check(failures == 1, || {
+                format!("{failures} task failures in the TaskManagers' logs, expected 1 (no restart)")
+            })?;
+            Ok(seen)
+        }),
+    }
+}
+
 /// The S3 server storage rows share (moto), when there is one.
 fn moto() -> Option<&'static MotoServer> {
     static SERVER: OnceLock<Option<std::sync::Arc<MotoServer>>> = OnceLock::new();
@@ -1063,7 +1124,7 @@ fn main() {
         data_rows(),
         storage_rows(),
         valid_edge_rows(),
-        vec![unread_keys_row()],
+        vec![unread_keys_row(), bad_record_row()],
         cluster_rows(),
         rest_rows(),
         leak_rows(),

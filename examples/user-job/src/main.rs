@@ -120,11 +120,9 @@ const USER_VISITS: JobSpec = JobSpec {
 fn user_visits(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<()> {
     let args = USER_VISITS.parse("user-visits", args)?;
     let min_visits = args.u64("min-visits")?;
-    env.read_text_file(args.text("input")?)
-        // A line that does not parse fails the task (and the job, after its restart strategy),
-        // naming the line: nothing is dropped unseen.
-        .map(|line: String| Visit::parse(&line).unwrap_or_else(|e| panic!("bad input: {e}")))
-        .name("Parse")
+    // A line that does not parse fails the job at once (no restart could read it differently),
+    // naming the file, the line's number and why: nothing is dropped unseen.
+    env.read_text_records(args.text("input")?, false, Visit::parse)
         .key_by(|v: &Visit| v.user.clone())
         .process_function(Totals)
         .filter(move |s: &UserStats| s.visits >= min_visits)

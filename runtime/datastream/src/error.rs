@@ -59,6 +59,14 @@ pub enum Error {
     /// Opening object storage failed (a bad URL, an unreachable store).
     #[error(transparent)]
     ObjectStore(#[from] floe_storage::Error),
+    /// A record of a source's input does not parse (issue 34, item 4): no restart can fix it,
+    /// so the job fails at once, naming where the record is and what is wrong with it.
+    #[error("bad record in {file}, line {line}: {message}")]
+    BadRecord {
+        file: String,
+        line: u64,
+        message: String,
+    },
     /// Writing to stdout (the print sink) failed.
     #[error("print sink: {0}")]
     Io(#[from] std::io::Error),
@@ -88,7 +96,8 @@ impl Error {
             | Error::Task { .. }
             | Error::Restore { .. }
             | Error::NoInput { .. }
-            | Error::OutputIsAFile { .. } => true,
+            | Error::OutputIsAFile { .. }
+            | Error::BadRecord { .. } => true,
             Error::Storage { source, .. } => floe_storage::is_permanent_kind(source.kind()),
             Error::ObjectStore(e) => e.is_permanent(),
             _ => false,

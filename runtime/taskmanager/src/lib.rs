@@ -422,16 +422,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("floe-tm-test3-{}", std::process::id()));
         let tm = taskmanager(&dir);
         let id = deployment("x").id.expect("id");
-        lock(&tm.inner.tasks).insert(
-            tasks::key(&id),
-            tasks::TaskEntry {
-                abort: thread::TaskThread::detached(),
-                metrics: Arc::default(),
-                control: None,
-                state: ExecutionState::Running,
-                final_report: None,
-            },
-        );
+        hold_running(&tm, &id, None);
         let (_, executions, finals) = tm.heartbeat_payload();
         assert_eq!(executions.len(), 1);
         assert_eq!(executions[0].state, pb::ExecutionStateProto::Running as i32);
@@ -455,6 +446,32 @@ mod tests {
             tm.heartbeat_payload().1.is_empty(),
             "gone once a heartbeat delivered it"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Issue 31: a TaskManager cut off from its JobManager for the heartbeat timeout drops its
+    /// tasks (Flink's JobManager heartbeat timeout on the TaskExecutor). By then the JobManager
+    /// has declared it lost and deployed new attempts elsewhere; before, these ran on beside
+    /// them for as long as the partition lasted.
+    #[tokio::test]
+    async fn a_taskmanager_that_hears_nothing_from_its_jobmanager_drops_its_tasks() {
+        let dir = std::env::temp_dir().join(format!("floe-tm-test-cut-off-{}", std::process::id()));
+        let tm = taskmanager(&dir);
+        hold_running(&tm, &deployment("x").id.expect("id"), None);
+        // Port 9 answers nothing: every heartbeat fails.
+        tm.spawn_heartbeats(
+            pb::RegisterTaskManagerRequest::default(),
+            std::time::Duration::from_millis(50),
+            std::time::Duration::from_millis(300),
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !lock(&tm.inner.tasks).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "10 s without an answer from the JobManager and the task still runs"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

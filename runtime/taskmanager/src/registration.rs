@@ -157,6 +157,10 @@ impl TaskManager {
 
     /// Aborts every task and releases every job's unfinished partitions: what a TaskManager does
     /// when the JobManager it worked for no longer knows it.
+    fn holds_tasks(&self) -> bool {
+        !lock(&self.inner.tasks).is_empty()
+    }
+
     pub(crate) fn forget_all(&self) {
         let tasks: Vec<TaskEntry> = lock(&self.inner.tasks).drain().map(|(_, t)| t).collect();
         for t in &tasks {
@@ -179,6 +183,11 @@ impl TaskManager {
     /// work) when the JobManager does not know this TaskManager. A heartbeat or registration that
     /// gets no answer within `timeout` (the JobManager's heartbeat timeout: by then it declared this
     /// TaskManager lost anyway) is given up, so a partition never stalls the loop.
+    ///
+    /// No answer at all for `timeout` drops every task, as Flink's TaskExecutor does when its
+    /// JobManager's heartbeat times out: the JobManager has declared this TaskManager lost and
+    /// runs its tasks' new attempts elsewhere, so these would run on beside them (across a
+    /// partition, until it heals), writing what their successors write.
     pub(crate) fn spawn_heartbeats(
         &self,
         register: pb::RegisterTaskManagerRequest,
@@ -188,6 +197,7 @@ impl TaskManager {
         let beat = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
+            let mut answered = tokio::time::Instant::now();
             loop {
                 tick.tick().await;
                 let (rss, rss_peak) = rss_bytes();
@@ -207,6 +217,7 @@ impl TaskManager {
                 {
                     tracing::warn!("heartbeat answered by an older JobManager: {}", refused.message());
                 }
+                let got_answer = answer.is_ok();
                 match answer {
                     Ok(r) if !r.get_ref().known => {
                         // A new JobManager (the old one died) or one that declared this TaskManager lost:
@@ -228,6 +239,16 @@ impl TaskManager {
                     // The JobManager applied the final states this heartbeat carried.
                     Ok(_) => beat.acknowledged(&reported),
                     Err(e) => tracing::warn!("heartbeat failed: {e}"),
+                }
+                if got_answer {
+                    answered = tokio::time::Instant::now();
+                } else if answered.elapsed() >= timeout && beat.holds_tasks() {
+                    tracing::warn!(
+                        "no answer from the JobManager for {} ms: it has declared this TaskManager lost; \
+                         dropping its tasks",
+                        timeout.as_millis()
+                    );
+                    beat.forget_all();
                 }
             }
         });

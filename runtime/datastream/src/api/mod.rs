@@ -14,9 +14,7 @@ use floe_scheduler::{BatchShuffleMode, Partitioner};
 
 use crate::data::Data;
 use crate::error::{Error, Result};
-use crate::io::{
-    self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo, TextSource,
-};
+use crate::io::{self, CollectionSource, FileSinkIo, GeneratorSource, PrintIo, SequenceSource, SinkIo};
 use crate::operators::{
     AnyOp, BoxOp, Collector, FilterOp, FlatMapOp, KeyRefFn, MapOp, OpContext, OpFactory, OutputTag, downcast,
     erase,
@@ -26,6 +24,7 @@ use crate::task::{Head, SourceHead, StreamType, TypeOf};
 use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 
 mod connected;
+mod files;
 mod keyed;
 mod window;
 
@@ -382,40 +381,6 @@ impl StreamExecutionEnvironment {
             source_head(ctx, || make(ctx, time.clone()), chain)
         });
         self.add_source("source", name.to_string(), Par::Default, factory)
-    }
-
-    /// Lines of a file, or of the files of a directory (`/path`, `file:///path`, `s3://bucket/prefix`),
-    /// split by byte ranges across the subtasks.
-    pub fn read_text_file(&self, url: &str) -> DataStream<String> {
-        self.text_source(url, false)
-    }
-
-    /// Lines of the files of a directory, each file read whole by one subtask (file `i` of the
-    /// sorted listing by subtask `i mod p`), in order: for files whose order matters, e.g. each
-    /// in event-time order (Flink's file source with a format it does not split).
-    pub fn read_text_files_whole(&self, url: &str) -> DataStream<String> {
-        self.text_source(url, true)
-    }
-
-    fn text_source(&self, url: &str, whole_files: bool) -> DataStream<String> {
-        let url = url.to_string();
-        let url_for_size = url.clone();
-        let factory: SourceFactory = Arc::new(move |ctx: &OpContext, chain: AnyOp| {
-            let source = || TextSource {
-                url: url.clone(),
-                conf: ctx.configuration.clone(),
-                subtask: ctx.subtask,
-                parallelism: ctx.parallelism,
-                chunk: io::DEFAULT_READ_CHUNK,
-                whole_files,
-                reader: None,
-                restored: None,
-            };
-            source_head(ctx, source, chain)
-        });
-        let stream = self.add_source("source", "Source: Text".into(), Par::Default, factory);
-        lock(&self.shared).nodes[stream.node].source_input = Some(url_for_size);
-        stream
     }
 
     /// Lines of 1 to 12 seeded Zipf-distributed words; `count` lines in all (`None`: unbounded),

@@ -5,6 +5,27 @@ use bytes::Bytes;
 use super::*;
 use crate::pace::{Pacer, Stride};
 
+/// A text source over `dir` for subtask `(index, parallelism)`, reading `chunk` bytes at a time.
+fn text_source<T>(
+    dir: &std::path::Path,
+    (subtask, parallelism): (u32, u32),
+    chunk: usize,
+    whole_files: bool,
+    parse: Parser<T>,
+) -> TextSource<T> {
+    TextSource {
+        url: dir.to_string_lossy().into_owned(),
+        conf: BTreeMap::new(),
+        subtask,
+        parallelism,
+        chunk,
+        whole_files,
+        reader: None,
+        restored: None,
+        parse,
+    }
+}
+
 fn write_inputs(dir: &std::path::Path) -> Vec<String> {
     let mut rng = SplitMix::new(7);
     let mut expected = Vec::new();
@@ -46,7 +67,10 @@ async fn every_line_is_read_exactly_once_for_any_parallelism_and_chunk_size() {
             for s in 0..p {
                 let mut r = SplitReader::new(loc.clone(), &files, s, p, chunk);
                 while r
-                    .next_chunk(&mut |l| got.push(String::from_utf8_lossy(l).into_owned()))
+                    .next_chunk(&mut |l| {
+                        got.push(String::from_utf8_lossy(l).into_owned());
+                        Ok(())
+                    })
                     .await
                     .expect("read")
                 {}
@@ -68,16 +92,7 @@ async fn a_restored_text_source_continues_its_split_when_the_directory_changed()
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let expected = write_inputs(&dir);
-    let source = |subtask, parallelism| TextSource {
-        url: dir.to_string_lossy().into_owned(),
-        conf: BTreeMap::new(),
-        subtask,
-        parallelism,
-        chunk: 5,
-        whole_files: false,
-        reader: None,
-        restored: None,
-    };
+    let source = |subtask, parallelism| text_source(&dir, (subtask, parallelism), 5, false, lines());
     let p = 3;
     let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut positions = Vec::new();
@@ -566,16 +581,7 @@ async fn whole_file_splits_give_each_file_to_one_subtask_in_order() {
     let mut got = Vec::new();
     for subtask in 0..2 {
         let lines: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
-        let mut source = TextSource {
-            url: dir.to_string_lossy().into_owned(),
-            conf: BTreeMap::new(),
-            subtask,
-            parallelism: 2,
-            chunk: 7,
-            whole_files: true,
-            reader: None,
-            restored: None,
-        };
+        let mut source = text_source(&dir, (subtask, 2), 7, true, super::lines());
         let mut out = crate::operators::tests::VecSink(lines.clone());
         while source.produce(&mut out).await.expect("produce") {}
         let lines = lines.lock().expect("lock").clone();
@@ -666,4 +672,53 @@ fn generator_is_deterministic_and_zipf_skewed() {
     assert_eq!(generator_word(1025), "lokaka");
     let distinct: std::collections::HashSet<String> = (0..GENERATOR_VOCABULARY).map(generator_word).collect();
     assert_eq!(distinct.len(), GENERATOR_VOCABULARY);
+}
+
+/// Issue 34, item 4: a line that does not parse fails its source with a bad record naming the
+/// file (as the user named the input, with the file's name under a directory), the line's number
+/// counted from the file's start although the split began mid-file, and the field; no restart
+/// can fix it. The other subtask's split, which does not hold the line, reads to its end.
+#[tokio::test]
+async fn a_line_that_does_not_parse_is_a_bad_record_naming_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("floe-bad-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = |n: u64| format!("[{n}, \"record {n}\"]\n");
+    std::fs::write(dir.join("a.json"), (0..6).map(good).collect::<String>()).expect("write");
+    let mut b: String = (10..14).map(good).collect();
+    b.push_str("[14, 15]\n");
+    b.push_str(&good(16));
+    std::fs::write(dir.join("b.json"), b).expect("write");
+    let mut failures = Vec::new();
+    let mut read = 0;
+    for subtask in 0..2 {
+        let records: Arc<std::sync::Mutex<Vec<(u64, String)>>> = Arc::default();
+        let parse: Parser<(u64, String)> = Arc::new(|line: &[u8]| json_record(line));
+        let mut source = text_source(&dir, (subtask, 2), 7, false, parse);
+        let mut out = crate::operators::tests::VecSink(records.clone());
+        loop {
+            match source.produce(&mut out).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    failures.push(e);
+                    break;
+                }
+            }
+        }
+        read += records.lock().expect("lock").len();
+    }
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let e = &failures[0];
+    assert!(e.is_non_recoverable(), "{e}");
+    match e {
+        Error::BadRecord { file, line, message } => {
+            assert_eq!(file, &format!("{}/b.json", dir.display()));
+            assert_eq!(*line, 5);
+            assert!(message.contains("expected a string"), "{message}");
+        }
+        other => panic!("not a bad record: {other}"),
+    }
+    assert!(read >= 6, "the split without the bad line was read: {read}");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
 }

@@ -1,4 +1,7 @@
-//! The text file source: byte-range splits of the files of a location, read line by line.
+//! The text file source: byte-range splits of the files of a location, read line by line, each
+//! line emitted as it is or parsed into a record ([`Parser`]). A line that does not parse fails
+//! the source with [`Error::BadRecord`], naming the file, the line's number and the parser's
+//! reason: a restart would read the same line again.
 
 use std::collections::BTreeMap;
 
@@ -187,14 +190,19 @@ impl SplitReader {
     }
 
     /// Reads one chunk and emits the complete lines it owns; `Ok(false)` once the split is done.
-    pub(crate) async fn next_chunk(&mut self, emit: &mut (dyn FnMut(&[u8]) + Send)) -> Result<bool> {
+    /// A line `emit` refuses is an [`Error::BadRecord`] naming its file and line number.
+    pub(crate) async fn next_chunk(&mut self, emit: &mut Emit<'_>) -> Result<bool> {
         let Some((path, len, _, le)) = self.files.get(self.file).cloned() else {
             return Ok(false);
         };
         if self.pos >= len {
             // End of file: an unterminated last line is still a line.
-            if !self.skipping && self.line_start < len && self.line_start <= le {
-                emit(strip_cr(&self.carry));
+            if !self.skipping
+                && self.line_start < len
+                && self.line_start <= le
+                && let Err(message) = emit(strip_cr(&self.carry))
+            {
+                return Err(self.bad_record(&path, message).await);
             }
             self.next_file();
             return Ok(self.file < self.files.len());
@@ -228,12 +236,16 @@ impl SplitReader {
                 self.next_file();
                 return Ok(self.file < self.files.len());
             }
-            if self.carry.is_empty() {
-                emit(strip_cr(&rest[..i]));
+            let emitted = if self.carry.is_empty() {
+                emit(strip_cr(&rest[..i]))
             } else {
                 self.carry.extend_from_slice(&rest[..i]);
-                emit(strip_cr(&self.carry));
+                let emitted = emit(strip_cr(&self.carry));
                 self.carry.clear();
+                emitted
+            };
+            if let Err(message) = emitted {
+                return Err(self.bad_record(&path, message).await);
             }
             at += i as u64 + 1;
             rest = &rest[i + 1..];
@@ -248,13 +260,83 @@ impl SplitReader {
     }
 }
 
+/// Turns one line (without its newline) into a record; the error says what is wrong with it.
+pub type Parser<T> = std::sync::Arc<dyn Fn(&[u8]) -> std::result::Result<T, String> + Send + Sync>;
+
+/// Lines as they are (invalid UTF-8 replaced, as a text file is read whatever it holds).
+pub(crate) fn lines() -> Parser<String> {
+    std::sync::Arc::new(|line| Ok(String::from_utf8_lossy(line).into_owned()))
+}
+
+/// One JSON line as a `T`; the error names the field path where deserializing stopped. The
+/// path is tracked only once a line failed (parsed again): tracking it costs every record.
+pub(crate) fn json_record<T: serde::de::DeserializeOwned>(line: &[u8]) -> std::result::Result<T, String> {
+    if let Ok(value) = serde_json::from_slice(line) {
+        return Ok(value);
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(line);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path.is_empty() {
+            e.inner().to_string()
+        } else {
+            format!("field `{path}`: {}", e.inner())
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| format!("more after the record: {e}"))?;
+    Ok(value)
+}
+
+/// What a [`SplitReader`] hands each line to: `Err` refuses it (it does not parse).
+pub(crate) type Emit<'a> = dyn FnMut(&[u8]) -> std::result::Result<(), String> + Send + 'a;
+
+impl SplitReader {
+    /// The refused line starting at `self.line_start` of `path`: its number is counted from the
+    /// file's start (a split does not know how many lines precede it; this read happens once, as
+    /// the job fails).
+    async fn bad_record(&self, path: &str, message: String) -> Error {
+        // As the user named it: the location's URL, and the file's name under it for a directory.
+        let dir = self.loc.path.trim_end_matches('/');
+        let file = match path.strip_prefix(dir).map(|p| p.trim_start_matches('/')) {
+            Some("") => self.loc.url.clone(),
+            Some(name) if !dir.is_empty() => format!("{}/{name}", self.loc.url.trim_end_matches('/')),
+            _ => format!("{}/{path}", self.loc.url.trim_end_matches('/')),
+        };
+        let mut newlines = 0u64;
+        let mut at = 0u64;
+        while at < self.line_start {
+            let end = (at + self.chunk as u64).min(self.line_start);
+            match self.loc.op.read_with(path).range(at..end).await {
+                Ok(buf) => newlines += memchr::memchr_iter(b'\n', &buf.to_bytes()).count() as u64,
+                Err(e) => {
+                    return Error::BadRecord {
+                        file,
+                        line: 0,
+                        message: format!(
+                            "{message} (at byte {}; its line number is unknown: {e})",
+                            self.line_start
+                        ),
+                    };
+                }
+            }
+            at = end;
+        }
+        Error::BadRecord {
+            file,
+            line: newlines + 1,
+            message,
+        }
+    }
+}
+
 fn strip_cr(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
 }
 
-/// `read_text_file`: lines of this subtask's split.
-#[derive(Debug)]
-pub(crate) struct TextSource {
+/// `read_text_file` and the sources of parsed lines: the records of this subtask's split.
+pub(crate) struct TextSource<T> {
     pub url: String,
     pub conf: BTreeMap<String, String>,
     pub subtask: u32,
@@ -265,9 +347,21 @@ pub(crate) struct TextSource {
     pub reader: Option<SplitReader>,
     /// A checkpointed position to start from, applied when the split is opened.
     pub restored: Option<String>,
+    pub parse: Parser<T>,
 }
 
-impl TextSource {
+impl<T> std::fmt::Debug for TextSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextSource")
+            .field("url", &self.url)
+            .field("subtask", &self.subtask)
+            .field("parallelism", &self.parallelism)
+            .field("reader", &self.reader)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> TextSource<T> {
     async fn open(&mut self) -> Result<()> {
         if self.reader.is_none() {
             let loc = locate(&self.url, &self.conf)?;
@@ -307,14 +401,18 @@ fn parse_text_position(position: &str) -> std::result::Result<TextPosition, Stri
 }
 
 #[async_trait]
-impl Source<String> for TextSource {
-    async fn produce(&mut self, out: &mut dyn Op<String>) -> Result<bool> {
+impl<T: Send + 'static> Source<T> for TextSource<T> {
+    async fn produce(&mut self, out: &mut dyn Op<T>) -> Result<bool> {
         self.open().await?;
         let Some(reader) = self.reader.as_mut() else {
             return Ok(false);
         };
+        let parse = &self.parse;
         reader
-            .next_chunk(&mut |line| out.collect(String::from_utf8_lossy(line).into_owned()))
+            .next_chunk(&mut |line| {
+                out.collect(parse(line)?);
+                Ok(())
+            })
             .await
     }
 

@@ -232,7 +232,7 @@ impl Event {
     /// An event from a JSON line of the `datagen` schema (what `write_text` writes, and what
     /// Flink's JSON format reads); the error names what is missing or malformed.
     pub fn from_json_line(line: &str) -> std::result::Result<Event, String> {
-        let e: JsonEvent = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let e: JsonEvent = crate::io::json_record(line.as_bytes())?;
         match (e.event_type, e.person, e.auction, e.bid) {
             (0, Some(p), _, _) => Ok(Event::Person(Person {
                 id: p.id,
@@ -366,7 +366,12 @@ mod tests {
             assert_eq!(Event::from_json_line(std::str::from_utf8(&line).unwrap()), Ok(e));
         }
         let err = Event::from_json_line(r#"{"event_type":2,"bid":{"auction":1}}"#).unwrap_err();
-        assert!(err.contains("bidder"), "{err}");
+        assert!(err.starts_with("field `bid`: missing field `bidder`"), "{err}");
+        let err = Event::from_json_line(r#"{"event_type":2,"bid":{"auction":1,"bidder":"x"}}"#).unwrap_err();
+        assert!(
+            err.starts_with("field `bid.bidder`: invalid type: string"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -590,13 +590,9 @@ pub fn nexmark_job(env: &mut StreamExecutionEnvironment, args: &[String]) -> Res
             ))
             .with_timestamp_assigner(|e: &Event, _| e.date_time());
             // Each exported file is in time order: read whole, one subtask each.
-            env.read_text_files_whole(input)
-                .map(|line: String| match Event::from_json_line(&line) {
-                    Ok(event) => event,
-                    // The task fails with the line's error; nothing is skipped silently.
-                    Err(e) => panic!("nexmark --input: a line is not a Nexmark event ({e}): {line:.200}"),
-                })
-                .name("Parse")
+            // A line that is not a Nexmark event fails the job at once, naming its file, line
+            // and field; nothing is skipped silently.
+            env.read_text_records(input, true, Event::from_json_line)
                 .assign_timestamps_and_watermarks(strategy)
         }
         None => env.nexmark_source_with(
