@@ -116,12 +116,16 @@ impl CheckpointStore {
     /// failed). `below` is the oldest retained checkpoint, so nothing a restore may read goes;
     /// shared state files are not under `chk-{n}` and stay. Returns the ids deleted.
     pub async fn delete_older_than(&self, job_id: &str, below: u64) -> Result<Vec<u64>> {
+        self.delete_where(job_id, |id| id < below).await
+    }
+
+    /// Deletes every `chk-{n}` of the job for which `doomed(n)` holds; returns their ids.
+    async fn delete_where(&self, job_id: &str, doomed: impl Fn(u64) -> bool) -> Result<Vec<u64>> {
         let mut deleted = Vec::new();
         for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
-            let Some(id) = checkpoint_id(&name) else {
-                continue;
-            };
-            if id < below {
+            if let Some(id) = checkpoint_id(&name)
+                && doomed(id)
+            {
                 self.delete(job_id, id).await?;
                 deleted.push(id);
             }
@@ -201,15 +205,7 @@ impl CheckpointStore {
             .flat_map(|c| c.tasks.values())
             .flat_map(|t| t.files.iter().map(String::as_str))
             .collect();
-        let mut deleted = Vec::new();
-        for name in self.store.list(&format!("checkpoints/{job_id}")).await? {
-            if let Some(id) = checkpoint_id(&name)
-                && !kept.contains(&id)
-            {
-                self.delete(job_id, id).await?;
-                deleted.push(id);
-            }
-        }
+        let deleted = self.delete_where(job_id, |id| !kept.contains(&id)).await?;
         let shared = format!("checkpoints/{job_id}/shared");
         let doomed: Vec<String> = self
             .store

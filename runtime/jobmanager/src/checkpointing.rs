@@ -361,9 +361,7 @@ impl JobManager {
         }
         Ok(())
     }
-}
 
-impl JobManager {
     /// The final sweep of a job that ended (issue 31, item 11): its storage keeps exactly its
     /// retained checkpoints. Aborted checkpoints' directories, shared uploads never acknowledged
     /// and anything an earlier delete missed would otherwise stay for good, since nothing runs for

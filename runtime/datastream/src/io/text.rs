@@ -258,41 +258,7 @@ impl SplitReader {
         self.carry.extend_from_slice(rest);
         Ok(true)
     }
-}
 
-/// Turns one line (without its newline) into a record; the error says what is wrong with it.
-pub type Parser<T> = std::sync::Arc<dyn Fn(&[u8]) -> std::result::Result<T, String> + Send + Sync>;
-
-/// Lines as they are (invalid UTF-8 replaced, as a text file is read whatever it holds).
-pub(crate) fn lines() -> Parser<String> {
-    std::sync::Arc::new(|line| Ok(String::from_utf8_lossy(line).into_owned()))
-}
-
-/// One JSON line as a `T`; the error names the field path where deserializing stopped. The
-/// path is tracked only once a line failed (parsed again): tracking it costs every record.
-pub(crate) fn json_record<T: serde::de::DeserializeOwned>(line: &[u8]) -> std::result::Result<T, String> {
-    if let Ok(value) = serde_json::from_slice(line) {
-        return Ok(value);
-    }
-    let mut deserializer = serde_json::Deserializer::from_slice(line);
-    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." || path.is_empty() {
-            e.inner().to_string()
-        } else {
-            format!("field `{path}`: {}", e.inner())
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|e| format!("more after the record: {e}"))?;
-    Ok(value)
-}
-
-/// What a [`SplitReader`] hands each line to: `Err` refuses it (it does not parse).
-pub(crate) type Emit<'a> = dyn FnMut(&[u8]) -> std::result::Result<(), String> + Send + 'a;
-
-impl SplitReader {
     /// The refused line starting at `self.line_start` of `path`: its number is counted from the
     /// file's start (a split does not know how many lines precede it; this read happens once, as
     /// the job fails).
@@ -330,6 +296,38 @@ impl SplitReader {
         }
     }
 }
+
+/// Turns one line (without its newline) into a record; the error says what is wrong with it.
+pub type Parser<T> = std::sync::Arc<dyn Fn(&[u8]) -> std::result::Result<T, String> + Send + Sync>;
+
+/// Lines as they are (invalid UTF-8 replaced, as a text file is read whatever it holds).
+pub(crate) fn lines() -> Parser<String> {
+    std::sync::Arc::new(|line| Ok(String::from_utf8_lossy(line).into_owned()))
+}
+
+/// One JSON line as a `T`; the error names the field path where deserializing stopped. The
+/// path is tracked only once a line failed (parsed again): tracking it costs every record.
+pub(crate) fn json_record<T: serde::de::DeserializeOwned>(line: &[u8]) -> std::result::Result<T, String> {
+    if let Ok(value) = serde_json::from_slice(line) {
+        return Ok(value);
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(line);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." || path.is_empty() {
+            e.inner().to_string()
+        } else {
+            format!("field `{path}`: {}", e.inner())
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|e| format!("more after the record: {e}"))?;
+    Ok(value)
+}
+
+/// What a [`SplitReader`] hands each line to: `Err` refuses it (it does not parse).
+pub(crate) type Emit<'a> = dyn FnMut(&[u8]) -> std::result::Result<(), String> + Send + 'a;
 
 fn strip_cr(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
