@@ -113,6 +113,32 @@ fn savepoint(rest: &str, id: &str, target: &Path, stop: bool) -> String {
         .to_string()
 }
 
+/// The savepoint at `location` records the schema of every keyed task's state (issue 34, item
+/// 1: a restore into a changed type migrates or refuses by it), built of Rust's own types.
+fn assert_schemas_recorded(location: &str) {
+    let metadata =
+        std::fs::read(Path::new(location.trim_start_matches("file://")).join("_metadata")).unwrap();
+    // The sealed object's JSON after its header.
+    let start = metadata.iter().position(|&b| b == b'{').unwrap();
+    let savepoint: serde_json::Value = serde_json::from_slice(&metadata[start..]).unwrap();
+    let tasks = savepoint["checkpoint"]["tasks"].as_object().unwrap();
+    let keyed: Vec<_> = tasks
+        .iter()
+        .filter(|(_, t)| t["files"].as_array().is_some_and(|f| !f.is_empty()))
+        .collect();
+    assert!(!keyed.is_empty(), "{savepoint}");
+    for (task, snapshot) in keyed {
+        let schema = snapshot["schemas"]["keyed"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{task}: {snapshot}"));
+        let schema: serde_json::Value = serde_json::from_str(schema).unwrap();
+        assert!(
+            !schema.to_string().contains("opaque"),
+            "{task}: the sum's state has a schema of its fields: {schema}"
+        );
+    }
+}
+
 /// Every word's committed updates are 1, 2, ..., n: nothing lost or doubled before the stop.
 fn assert_gapless_prefix(output: &Path) -> u64 {
     let mut by_word: HashMap<String, Vec<u64>> = HashMap::new();
@@ -195,6 +221,7 @@ fn upgrade_through_a_savepoint(backend: &str, from: u32, to: u32, upgraded: &str
             .is_file(),
         "{taken}"
     );
+    assert_schemas_recorded(&taken);
     let (_, job) = common::http("GET", &rest, &format!("/jobs/{id}"));
     assert_eq!(job["state"], "RUNNING", "a savepoint does not stop the job");
     std::thread::sleep(Duration::from_secs(1));

@@ -9,21 +9,20 @@ use std::process::ExitCode;
 
 use floe::datastream::{
     ArgKind, ArgSpec, Collector, JobSpec, KeyedContext, KeyedProcessFunction, MAX_WATERMARK, Result,
-    StreamExecutionEnvironment, data_fields,
+    StreamExecutionEnvironment,
 };
 
 /// One line of the input: a user looked at a page for some milliseconds.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, floe::datastream::Data)]
 pub struct Visit {
     pub user: String,
     pub page: String,
     pub millis: u64,
 }
-data_fields!(Visit { user, page, millis });
 
 /// What the job keeps per user (keyed state, checkpointed with the job) and writes at the end: how
 /// many visits, their total time, and the page looked at longest.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, floe::datastream::Data)]
 pub struct UserStats {
     pub user: String,
     pub visits: u64,
@@ -31,13 +30,6 @@ pub struct UserStats {
     pub longest_page: String,
     pub longest_millis: u64,
 }
-data_fields!(UserStats {
-    user,
-    visits,
-    total_millis,
-    longest_page,
-    longest_millis
-});
 
 impl Visit {
     /// Parses `user,page,millis`; the error names the line's problem.

@@ -51,6 +51,7 @@ impl StatePart {
         match self {
             StatePart::Head => {
                 snapshot.files.clear();
+                snapshot.schemas.clear();
                 snapshot.position = None;
                 snapshot.broadcast = None;
             }

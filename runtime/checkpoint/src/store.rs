@@ -252,6 +252,7 @@ mod tests {
                     position: Some(format!("line {id}")),
                     sink: None,
                     broadcast: None,
+                    schemas: BTreeMap::new(),
                 },
             )]),
         }

@@ -13,6 +13,7 @@ use floe_state::{HashMapStateBackend, KeyedStateBackend, PreparedSnapshot};
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
 use crate::state::entries::{BackendEntries, EntryAccess, EntryStore};
+use crate::state::evolution::{self, EntrySchema, StateSchemas};
 use crate::state::heap::HeapEntries;
 use crate::time::timers::{TimeDomain, Timers, decode_timer_entry, timer_entry_key};
 use crate::types::{KeyMap, RuntimeMode};
@@ -176,6 +177,9 @@ pub struct TaskRestore {
     pub sinks: Vec<String>,
     /// A broadcast process function's broadcast state, as a snapshot of any old subtask held it.
     pub broadcast: Option<String>,
+    /// The schema each keyed state was written with, from the keyed snapshots restored
+    /// ([`crate::state::evolution`]).
+    pub schemas: std::collections::BTreeMap<String, String>,
 }
 
 /// The positions a source snapshot holds: a subtask that read several splits (after a rescale)
@@ -240,33 +244,60 @@ pub(crate) struct StoreTable {
     pub(crate) failure: Option<String>,
     /// The per-entry states checked for a switched time to live.
     declared: std::collections::HashSet<String>,
+    /// The schemas of the states restored and declared ([`crate::state::evolution`]).
+    schemas: StateSchemas,
 }
 
 impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
     /// The operator's state from what the task was given (restored entries or a backend).
+    #[cfg(test)]
     pub(crate) fn new(
         init: Option<KeyedStateInit>,
         key_groups: Range<u32>,
         max_parallelism: u32,
     ) -> Result<Self> {
+        Self::restored(init, key_groups, max_parallelism, None)
+    }
+
+    /// The operator's state from what the task was given (restored entries or a backend), its
+    /// values migrated when `restore` recorded another schema of `V` (see
+    /// [`crate::state::evolution`]).
+    pub(crate) fn restored(
+        init: Option<KeyedStateInit>,
+        key_groups: Range<u32>,
+        max_parallelism: u32,
+        restore: Option<&TaskRestore>,
+    ) -> Result<Self> {
+        let mut schemas = StateSchemas::restored(restore.filter(|_| init.is_some()));
+        let migration = schemas.declare(KEYED_STATE, EntrySchema::value::<V>())?;
         match init {
-            Some(KeyedStateInit::Backend(backend)) => Ok(Keyed::Store {
-                table: StoreTable {
-                    backend,
-                    max_parallelism,
-                    key: Vec::new(),
-                    value: Vec::new(),
-                    entry: Vec::new(),
-                    failure: None,
-                    declared: Default::default(),
-                },
-                last: None,
-            }),
+            Some(KeyedStateInit::Backend(mut backend)) => {
+                if let Some(m) = &migration {
+                    evolution::migrate_backend_state(backend.as_mut(), KEYED_STATE, key_groups.clone(), m)?;
+                }
+                Ok(Keyed::Store {
+                    table: StoreTable {
+                        backend,
+                        max_parallelism,
+                        key: Vec::new(),
+                        value: Vec::new(),
+                        entry: Vec::new(),
+                        failure: None,
+                        declared: Default::default(),
+                        schemas,
+                    },
+                    last: None,
+                })
+            }
             Some(KeyedStateInit::Heap(mut restored)) => {
                 let mut map = KeyMap::default();
                 for (_, key, value) in restored.take(KEYED_STATE) {
                     let k = K::decode(&mut key.as_slice()).map_err(|e| restore_error("key", e))?;
-                    let v = V::decode(&mut value.as_slice()).map_err(|e| restore_error("value", e))?;
+                    let v = match &migration {
+                        Some(m) => m.decode::<V>(&value),
+                        None => V::decode(&mut value.as_slice()),
+                    }
+                    .map_err(|e| restore_error("value", e))?;
                     map.insert(k, Some(v));
                 }
                 // Timers are the operator's (`restore_timers`); what is left is per-entry state,
@@ -278,14 +309,14 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
                     map,
                     key_groups,
                     max_parallelism,
-                    entries: HeapEntries::new(restored),
+                    entries: HeapEntries::new(restored, schemas),
                 })
             }
             None => Ok(Keyed::Heap {
                 map: KeyMap::default(),
                 key_groups,
                 max_parallelism,
-                entries: HeapEntries::new(HashMapStateBackend::default()),
+                entries: HeapEntries::new(HashMapStateBackend::default(), schemas),
             }),
         }
     }
@@ -412,6 +443,16 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
             }
             Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
         }
+        .map(|inner| self.with_schemas(inner))
+    }
+
+    /// `inner` with the schemas of the states it holds.
+    fn with_schemas(&self, inner: Box<dyn PreparedSnapshot>) -> Box<dyn PreparedSnapshot> {
+        let schemas = match self {
+            Keyed::Heap { entries, .. } => entries.tables.schemas.recorded(),
+            Keyed::Store { table, .. } => table.schemas.recorded(),
+        };
+        Box::new(evolution::WithSchemas { inner, schemas })
     }
 
     /// The heap slot of a key already held (the fast path of `key_by_ref`: no key copy).
@@ -449,6 +490,7 @@ impl<K: Data + Hash + Eq, V: Data> Keyed<K, V> {
             }
             Keyed::Store { table, .. } => table.backend.prepare_snapshot(checkpoint).map_err(state_error),
         }
+        .map(|inner| self.with_schemas(inner))
     }
 }
 
@@ -554,6 +596,7 @@ impl StoreTable {
                 value: &mut self.value,
                 failure: &mut self.failure,
                 declared: &mut self.declared,
+                schemas: &mut self.schemas,
             }),
         };
         // As on the heap: a value back to the default is deleted.

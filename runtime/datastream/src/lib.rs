@@ -10,6 +10,9 @@
 //! Start with [`BuiltJob`], then [`StreamExecutionEnvironment`] and [`DataStream`]; records are
 //! [`Data`].
 
+// `#[derive(Data)]` names this crate `::floe_datastream`, here as in a user's crate.
+extern crate self as floe_datastream;
+
 mod api;
 pub mod checkpoint;
 pub mod connector;
@@ -40,6 +43,8 @@ pub use api::{
 pub use checkpoint::{CheckpointConfig, StateBackendKind, parse_duration};
 pub use data::Data;
 pub use error::{Error, Result};
+/// `#[derive(Data)]` for a struct or enum (see [`Data`]).
+pub use floe_derive::Data;
 pub use graph::BuiltJob;
 pub use io::sink::{RUNS_LATEST_CHECKPOINT_KEY, SUPERSEDED_RUNS_KEY};
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word, location_url};

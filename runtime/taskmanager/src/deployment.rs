@@ -248,6 +248,7 @@ impl TaskManager {
                 sources: r.positions.clone(),
                 sinks: r.sinks.clone(),
                 broadcast: r.broadcast.clone(),
+                schemas: r.keyed.iter().flat_map(|s| s.schemas.clone()).collect(),
             }),
             keyed_state: None,
         };

@@ -172,7 +172,7 @@ fn restore(checkpoint: u64, sinks: Vec<String>) -> Option<crate::checkpoint::Tas
         checkpoint,
         sources: Vec::new(),
         sinks,
-        broadcast: None,
+        ..Default::default()
     })
 }
 

@@ -6,7 +6,7 @@
 use crate::data::Data;
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, crate::Data)]
 pub struct Person {
     pub id: u64,
     pub name: String,
@@ -18,7 +18,7 @@ pub struct Person {
     pub extra: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, crate::Data)]
 pub struct Auction {
     pub id: u64,
     pub item_name: String,
@@ -32,7 +32,7 @@ pub struct Auction {
     pub extra: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, crate::Data)]
 pub struct Bid {
     pub auction: u64,
     pub bidder: u64,
@@ -68,38 +68,6 @@ impl Event {
         }
     }
 }
-
-crate::data_fields!(Person {
-    id,
-    name,
-    email_address,
-    credit_card,
-    city,
-    state,
-    date_time,
-    extra
-});
-crate::data_fields!(Auction {
-    id,
-    item_name,
-    description,
-    initial_bid,
-    reserve,
-    date_time,
-    expires,
-    seller,
-    category,
-    extra
-});
-crate::data_fields!(Bid {
-    auction,
-    bidder,
-    price,
-    channel,
-    url,
-    date_time,
-    extra
-});
 
 impl Data for Event {
     fn encode(&self, out: &mut Vec<u8>) {

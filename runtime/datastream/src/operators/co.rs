@@ -59,6 +59,18 @@ impl<A: Data, B: Data> Data for TaggedUnion<A, B> {
         }
     }
 
+    /// An enum of two variants of one field each.
+    fn schema() -> crate::data::Schema {
+        use crate::data::{Field, Schema, Variant};
+        Schema::Enum {
+            name: "TaggedUnion".into(),
+            variants: vec![
+                Variant::new("One", vec![Field::new("0", A::schema(), None)]),
+                Variant::new("Two", vec![Field::new("0", B::schema(), None)]),
+            ],
+        }
+    }
+
     fn data_eq(&self, other: &Self) -> bool {
         match (self, other) {
             (TaggedUnion::One(a), TaggedUnion::One(b)) => a.data_eq(b),

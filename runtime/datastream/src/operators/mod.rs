@@ -126,7 +126,12 @@ impl OpContext {
     /// The keyed state of this task for its keyed operator, fresh or restored.
     pub(crate) fn keyed<K: Data + Hash + Eq, V: Data>(&self) -> Result<Keyed<K, V>> {
         let init = self.keyed_state.lock().unwrap_or_else(|p| p.into_inner()).take();
-        Keyed::new(init, self.key_groups.clone(), self.max_parallelism)
+        Keyed::restored(
+            init,
+            self.key_groups.clone(),
+            self.max_parallelism,
+            self.restore.as_ref(),
+        )
     }
 
     /// The keyed state and timers of this task for its keyed operator, fresh or restored.
@@ -136,7 +141,12 @@ impl OpContext {
         let init = self.keyed_state.lock().unwrap_or_else(|p| p.into_inner()).take();
         let timers = crate::checkpoint::restore_timers(init.as_ref())?;
         Ok((
-            Keyed::new(init, self.key_groups.clone(), self.max_parallelism)?,
+            Keyed::restored(
+                init,
+                self.key_groups.clone(),
+                self.max_parallelism,
+                self.restore.as_ref(),
+            )?,
             timers,
         ))
     }

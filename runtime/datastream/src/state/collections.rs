@@ -6,6 +6,7 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 
 use super::entries::{BackendEntries, Decl, EntryAccess, EntryStore, decoded};
+use super::evolution::EntrySchema;
 use super::heap::{ListTable, MapTable};
 use super::ttl::Stamped;
 use crate::data::Data;
@@ -50,7 +51,7 @@ impl<'h, 'a, K: Data + Hash + Eq, UK: Data, S: Data> RawMap<'h, 'a, K, UK, S> {
     fn backend_entry(&mut self, user_key: &UK) -> Option<&mut BackendEntries<'a>> {
         match &mut self.access.store {
             EntryStore::Backend(b) => {
-                b.declare(self.decl.name);
+                b.declare(self.decl.name, EntrySchema::map::<UK, S>);
                 b.at(Some(user_key));
                 Some(b)
             }
@@ -148,7 +149,7 @@ impl<'h, 'a, K: Data + Hash + Eq, UK: Data, S: Data> RawMap<'h, 'a, K, UK, S> {
                 }
             }
             EntryStore::Backend(b) => {
-                b.declare(name);
+                b.declare(name, EntrySchema::map::<UK, S>);
                 let mut failure = None;
                 b.scan(name, &mut |user_key: &[u8], value: &[u8]| {
                     let (Some(uk), Some(v)) = (
@@ -176,7 +177,7 @@ impl<'h, 'a, K: Data + Hash + Eq, UK: Data, S: Data> RawMap<'h, 'a, K, UK, S> {
                 }
             }
             EntryStore::Backend(b) => {
-                b.declare(decl.name);
+                b.declare(decl.name, EntrySchema::map::<UK, S>);
                 b.delete_all(decl.name)
             }
         }
@@ -385,7 +386,7 @@ impl<'a, K: Data + Hash + Eq, S: Data> RawList<'_, 'a, K, S> {
     fn backend(&mut self) -> Option<&mut BackendEntries<'a>> {
         match &mut self.access.store {
             EntryStore::Backend(b) => {
-                b.declare(self.decl.name);
+                b.declare(self.decl.name, EntrySchema::list::<S>);
                 b.at_key();
                 Some(b)
             }

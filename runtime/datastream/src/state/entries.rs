@@ -26,6 +26,7 @@ pub use super::descriptors::{
     AggregatingStateDescriptor, ListStateDescriptor, MAX_STATE_NAME_BYTES, MapStateDescriptor,
     ReducingStateDescriptor, ValueStateDescriptor,
 };
+use super::evolution::{EntrySchema, StateSchemas, migrate_backend_state};
 use super::heap::{Expiry, HeapEntries, HeapTable, ValueTable, ttl_switched};
 use super::ttl::{Stamped, StateTtlConfig};
 use crate::data::Data;
@@ -54,6 +55,8 @@ pub(crate) struct BackendEntries<'a> {
     pub failure: &'a mut Option<String>,
     /// The states checked for a switched time to live (once per state and operator).
     pub declared: &'a mut HashSet<String>,
+    /// The states' recorded and declared schemas.
+    pub schemas: &'a mut StateSchemas,
 }
 
 impl BackendEntries<'_> {
@@ -61,11 +64,23 @@ impl BackendEntries<'_> {
         self.failure.get_or_insert_with(|| e.to_string());
     }
 
-    /// The first access to state `name`: refused if the backend holds the state with its time to
-    /// live switched (restored from a checkpoint of the job as it was).
-    pub(super) fn declare(&mut self, name: &str) {
+    /// The first access to state `name` (of the types `entry` gives): refused if the backend
+    /// holds the state with its time to live switched (restored from a checkpoint of the job as it
+    /// was) or written with a schema its types cannot read; its values are migrated first when
+    /// they were written with another compatible one ([`super::evolution`]).
+    pub(super) fn declare(&mut self, name: &str, entry: impl FnOnce() -> EntrySchema) {
         if self.declared.contains(name) {
             return;
+        }
+        let key_groups = self.backend.key_groups();
+        match self.schemas.declare(name, entry()) {
+            Ok(None) => {}
+            Ok(Some(m)) => {
+                if let Err(e) = migrate_backend_state(&mut *self.backend, name, key_groups, &m) {
+                    self.fail(e);
+                }
+            }
+            Err(e) => self.fail(e),
         }
         let other = super::descriptors::other_variant(name);
         let mut found = false;
@@ -288,7 +303,7 @@ fn heap_value<K: Data + Hash + Eq, S: Data>(
 /// (`None`: deleted). Nothing in heap mode.
 fn backend_value<K, S: Data>(access: &mut EntryAccess<'_, K>, name: &str, f: impl FnOnce(&mut Option<S>)) {
     if let EntryStore::Backend(b) = &mut access.store {
-        b.declare(name);
+        b.declare(name, EntrySchema::value::<S>);
         b.at_key();
         let mut slot = b.get::<S>(name);
         f(&mut slot);
@@ -306,7 +321,7 @@ fn read_value<K: Data + Hash + Eq, S: Data>(access: &mut EntryAccess<'_, K>, dec
         return out;
     }
     if let EntryStore::Backend(b) = &mut access.store {
-        b.declare(decl.name);
+        b.declare(decl.name, EntrySchema::value::<S>);
         b.at_key();
         return b.get(decl.name);
     }

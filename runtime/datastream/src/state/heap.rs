@@ -20,6 +20,7 @@ use floe_state::{Entry, HashMapStateBackend, KeyedStateBackend};
 use indexmap::IndexMap;
 
 use super::descriptors::{other_variant, user_name};
+use super::evolution::{EntrySchema, StateSchemas};
 use super::ttl::StateTtlConfig;
 use crate::data::{Data, key_group_for_hash, key_hash};
 use crate::error::{Error, Result};
@@ -61,6 +62,8 @@ pub(crate) trait HeapTable<K>: Send + 'static {
     fn write(&self, name: &str, out: &mut HashMapStateBackend, max_parallelism: u32) -> Result<()>;
     /// Takes the restored entries of this state.
     fn load(&mut self, name: &str, entries: Vec<Entry>) -> Result<()>;
+    /// The layout and schema of what the state stores (its recorded schema).
+    fn entry_schema(&self) -> EntrySchema;
     /// Drops every value of `key` (BATCH: a key's state goes after its last element).
     fn remove_key(&mut self, key: &K);
     /// The keys holding a value.
@@ -219,9 +222,13 @@ fn put(out: &mut HashMapStateBackend, name: &str, kg: u32, key: &[u8], value: &[
 impl<K, UK, UV> HeapTable<K> for MapTable<K, UK, UV>
 where
     K: Data + Hash + Eq,
-    UK: 'static,
+    UK: Data,
     UV: Data,
 {
+    fn entry_schema(&self) -> EntrySchema {
+        EntrySchema::map::<UK, UV>()
+    }
+
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
@@ -273,6 +280,10 @@ where
     K: Data + Hash + Eq,
     T: Data,
 {
+    fn entry_schema(&self) -> EntrySchema {
+        EntrySchema::list::<T>()
+    }
+
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
@@ -335,6 +346,10 @@ where
     K: Data + Hash + Eq,
     T: Data,
 {
+    fn entry_schema(&self) -> EntrySchema {
+        EntrySchema::value::<T>()
+    }
+
     fn as_any(&mut self) -> &mut dyn Any {
         self
     }
@@ -383,6 +398,8 @@ pub(crate) struct HeapTables<K> {
     /// (and in every snapshot) until a declaration takes them, so a state a function uses only
     /// now and then is never lost.
     restored: HashMapStateBackend,
+    /// The schemas the restored states were written with, and those declared since.
+    pub schemas: StateSchemas,
 }
 
 /// The heap's per-entry states with the scratch buffer of the per-record path. The first failure
@@ -395,12 +412,14 @@ pub(crate) struct HeapEntries<K> {
 }
 
 impl<K: Data + Hash + Eq> HeapEntries<K> {
-    /// Per-entry states restored from these snapshot entries (per-entry state names only).
-    pub(crate) fn new(restored: HashMapStateBackend) -> Self {
+    /// Per-entry states restored from these snapshot entries (per-entry state names only),
+    /// written with `schemas`.
+    pub(crate) fn new(restored: HashMapStateBackend, schemas: StateSchemas) -> Self {
         HeapEntries {
             tables: HeapTables {
                 tables: HashMap::new(),
                 restored,
+                schemas,
             },
             scratch: Vec::new(),
             failure: None,
@@ -451,7 +470,14 @@ impl<K: Data + Hash + Eq> HeapTables<K> {
                 return Err(ttl_switched(name));
             }
             let mut table = create();
-            table.load(name, self.restored.take(name))?;
+            let migration = self.schemas.declare(name, table.entry_schema())?;
+            let mut entries = self.restored.take(name);
+            if let Some(m) = migration {
+                for (_, _, value) in &mut entries {
+                    *value = m.value(value)?;
+                }
+            }
+            table.load(name, entries)?;
             self.tables.insert(name.to_string(), Box::new(table));
         }
         self.tables

@@ -12,9 +12,10 @@ use crate::data::Data;
 pub(crate) mod collections;
 pub mod descriptors;
 pub mod entries;
+pub(crate) mod evolution;
 pub(crate) mod heap;
 pub mod ttl;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// One value per key, absent until set (Flink's `ValueState`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -85,32 +86,19 @@ impl<K: Ord, V> MapState<K, V> {
     }
 }
 
+/// An `Option`'s codec and text (`null` when empty).
 impl<T: Data> Data for ValueState<T> {
     fn encode(&self, out: &mut Vec<u8>) {
-        match &self.0 {
-            None => out.push(0),
-            Some(v) => {
-                out.push(1);
-                v.encode(out);
-            }
-        }
+        self.0.encode(out)
     }
     fn decode(input: &mut &[u8]) -> Result<Self> {
-        let (&tag, rest) = input
-            .split_first()
-            .ok_or_else(|| Error::Decode("empty value state".into()))?;
-        *input = rest;
-        match tag {
-            0 => Ok(ValueState(None)),
-            1 => Ok(ValueState(Some(T::decode(input)?))),
-            t => Err(Error::Decode(format!("bad value state tag {t}"))),
-        }
+        Option::decode(input).map(ValueState)
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        match &self.0 {
-            None => out.extend_from_slice(b"null"),
-            Some(v) => v.write_text(out),
-        }
+        self.0.write_text(out)
+    }
+    fn schema() -> crate::data::Schema {
+        Option::<T>::schema()
     }
 }
 
@@ -124,36 +112,24 @@ impl<T: Data> Data for ListState<T> {
     fn write_text(&self, out: &mut Vec<u8>) {
         self.0.write_text(out)
     }
+    fn schema() -> crate::data::Schema {
+        Vec::<T>::schema()
+    }
 }
 
+/// A `BTreeMap`'s codec and text.
 impl<K: Data + Ord, V: Data> Data for MapState<K, V> {
     fn encode(&self, out: &mut Vec<u8>) {
-        (self.0.len() as u64).encode(out);
-        for (k, v) in &self.0 {
-            k.encode(out);
-            v.encode(out);
-        }
+        self.0.encode(out)
     }
     fn decode(input: &mut &[u8]) -> Result<Self> {
-        let n = u64::decode(input)?;
-        let mut map = BTreeMap::new();
-        for _ in 0..n {
-            let k = K::decode(input)?;
-            map.insert(k, V::decode(input)?);
-        }
-        Ok(MapState(map))
+        BTreeMap::decode(input).map(MapState)
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        out.push(b'{');
-        for (i, (k, v)) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(b", ");
-            }
-            k.write_text(out);
-            out.push(b'=');
-            v.write_text(out);
-        }
-        out.push(b'}');
+        self.0.write_text(out)
+    }
+    fn schema() -> crate::data::Schema {
+        BTreeMap::<K, V>::schema()
     }
 }
 

@@ -207,6 +207,19 @@ impl<T: Data> Data for Stamped<T> {
     fn write_text(&self, out: &mut Vec<u8>) {
         self.value.write_text(out)
     }
+
+    /// The expiry as 8 bytes (little-endian, as `floe_state::ttl` reads it without decoding the
+    /// value), then the value.
+    fn schema() -> crate::data::Schema {
+        use crate::data::{Field, Schema};
+        Schema::Struct {
+            name: "Stamped".into(),
+            fields: vec![
+                Field::new("expires", Schema::Array(8, Box::new(Schema::U8)), None),
+                Field::new("value", T::schema(), None),
+            ],
+        }
+    }
 }
 
 /// The processing time state TTL reads (Flink's `TtlTimeProvider`); tests move it forward.

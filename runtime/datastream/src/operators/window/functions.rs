@@ -277,6 +277,25 @@ impl<T: Data> Data for Contents<T> {
         };
         out.extend_from_slice(text.as_bytes());
     }
+
+    /// An enum (its one-byte form tag is a variant index).
+    fn schema() -> crate::data::Schema {
+        use crate::data::{Field, Schema, Variant};
+        Schema::Enum {
+            name: "Contents".into(),
+            variants: vec![
+                Variant::new("Inline", vec![Field::new("0", Vec::<(i64, T)>::schema(), None)]),
+                Variant::new(
+                    "Entries",
+                    vec![
+                        Field::new("id", Schema::U64, None),
+                        Field::new("first", Schema::I64, None),
+                        Field::new("next", Schema::I64, None),
+                    ],
+                ),
+            ],
+        }
+    }
 }
 
 impl<P, T: Data> ContentsFn<P, T> {

@@ -127,6 +127,20 @@ impl<A: Data> Data for Windows<A> {
     fn write_text(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(format!("{} windows", self.0.len()).as_bytes());
     }
+
+    /// A sequence of entries; the accumulator's flag byte is an `Option`'s tag.
+    fn schema() -> crate::data::Schema {
+        use crate::data::{Field, Schema};
+        Schema::Seq(Box::new(Schema::Struct {
+            name: "WindowEntry".into(),
+            fields: vec![
+                Field::new("start", Schema::I64, None),
+                Field::new("end", Schema::I64, None),
+                Field::new("trigger", Schema::I64, None),
+                Field::new("acc", Option::<A>::schema(), None),
+            ],
+        }))
+    }
 }
 
 /// The context of a key in the window operator: its windows are its state.
