@@ -199,3 +199,82 @@ fn a_taskmanager_of_another_build_is_refused() {
     drop(jm);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `floe new` (issue 34, item 6): the crate it makes builds with the lock file it ships
+/// (`--locked`), its own test passes, and the README's command (`cargo run -- run -f job.yaml`,
+/// here its binary with the same arguments in the crate's directory) counts the sample input's
+/// words as a count made here does. A name Cargo would refuse is refused first, naming it.
+#[test]
+fn floe_new_makes_a_crate_whose_job_runs_and_whose_test_passes() {
+    let started = std::time::Instant::now();
+    let dir = scratch("floe-new");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bad = Command::new(FLOE)
+        .args(["new", "My Job", "--dir"])
+        .arg(dir.join("bad"))
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("NAME \"My Job\": expected a package name"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let crate_dir = dir.join("word-job");
+    let made = Command::new(FLOE)
+        .args(["new", "word-job", "--dir"])
+        .arg(&crate_dir)
+        .arg("--floe-path")
+        .arg(repo.join("runtime/cli"))
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // <target>/debug/deps/user_job-HASH -> <target>: the build shares this build's artifacts.
+    let target = std::env::current_exe()
+        .unwrap()
+        .ancestors()
+        .nth(3)
+        .unwrap()
+        .to_path_buf();
+    let test = Command::new(env!("CARGO"))
+        .args(["test", "--locked", "--manifest-path"])
+        .arg(crate_dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    let test_out = String::from_utf8_lossy(&test.stdout);
+    assert!(
+        test.status.success() && test_out.contains("test the_job_counts_every_word ... ok"),
+        "{test_out}\n{}",
+        String::from_utf8_lossy(&test.stderr)
+    );
+    let run = Command::new(target.join("debug/word-job"))
+        .args(["run", "-f", "job.yaml", "--work-dir"])
+        .arg(dir.join("work"))
+        .current_dir(&crate_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.contains(" FINISHED in "),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(crate_dir.join("data/input.txt")).unwrap();
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+    {
+        *expected.entry(word.to_lowercase()).or_default() += 1;
+    }
+    let got: BTreeMap<String, u64> = common::output_lines(&crate_dir.join("out/counts"))
+        .into_iter()
+        .collect();
+    assert_eq!(got, expected);
+    println!(
+        "floe new -> cargo test --locked (build + its test) -> run -f job.yaml FINISHED: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

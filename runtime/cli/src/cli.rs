@@ -15,7 +15,7 @@ use floe_scheduler::{BatchShuffleMode, Plan};
 use floe_telemetry::logs::{self, LogFormat};
 
 use crate::plan_cmd::{self, Format};
-use crate::{application, generate, graph_file, run_cmd};
+use crate::{application, generate, graph_file, new_project, run_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,6 +55,22 @@ enum Command {
         slots: Option<u32>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
+    },
+    /// Make a crate of your own with a job that runs: `floe new my-job && cd my-job && cargo run
+    /// -- run -f job.yaml`. It depends on Floe by path when this binary's source is on this
+    /// machine, else by version.
+    New {
+        /// The crate's (and its job's) name: lowercase letters, digits, '-' and '_'.
+        name: String,
+        /// Where the crate goes (default: ./NAME); it must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Depend on the Floe checkout here (its runtime/cli directory).
+        #[arg(long, conflicts_with = "floe_version")]
+        floe_path: Option<PathBuf>,
+        /// Depend on this published version of Floe.
+        #[arg(long)]
+        floe_version: Option<String>,
     },
     /// List the registered jobs and the arguments each takes.
     Jobs,
@@ -346,6 +362,30 @@ fn run(cli: Cli, registry: JobRegistry) -> Result<ExitCode, Failure> {
                 }
                 Format::Text => print!("{}", plan_cmd::render_text(&view, mode, &operators)),
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::New {
+            name,
+            dir,
+            floe_path,
+            floe_version,
+        } => {
+            let floe = match (floe_path, floe_version) {
+                (Some(p), _) => new_project::FloeSource::Path(std::path::absolute(&p)?),
+                (None, Some(v)) => new_project::FloeSource::Version(v),
+                (None, None) => new_project::FloeSource::of_this_build(),
+            };
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            let written = new_project::create(&dir, &name, &floe)?;
+            println!(
+                "created {} ({} files), Floe from {floe:?}",
+                dir.display(),
+                written.len()
+            );
+            println!(
+                "next:\n  cd {}\n  cargo run -- run -f job.yaml\n  cargo test",
+                dir.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Jobs => {

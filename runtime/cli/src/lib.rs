@@ -2,7 +2,7 @@
 //! (built with the DataStream API, [`datastream`]) and calls [`main`], which is the whole `floe`
 //! command with those jobs. [`cli`] parses arguments and calls into these modules: [`graph_file`]
 //! reads JobGraph YAML, [`plan_cmd`] renders plans, [`run_cmd`] runs a manifest on a
-//! [`local_cluster`] of real processes, [`generate`] writes seeded test inputs, [`verify`] proves a job's output exact under faults and
+//! [`local_cluster`] of real processes, [`generate`] writes seeded test inputs, [`new_project`] scaffolds a user's crate (`floe new`), [`verify`] proves a job's output exact under faults and
 //! lifecycle operations, [`application`] is
 //! the JobManager's application mode (`floe jobmanager --job-file`).
 
@@ -12,6 +12,7 @@ pub mod client;
 pub mod generate;
 pub mod graph_file;
 pub mod local_cluster;
+pub mod new_project;
 pub mod plan_cmd;
 pub mod run_cmd;
 pub mod verify;
