@@ -401,7 +401,9 @@ pub fn user_job_binary() -> &'static PathBuf {
         let exe = std::env::current_exe().unwrap();
         let target = exe.ancestors().nth(3).unwrap().to_path_buf();
         let out = std::process::Command::new(env!("CARGO"))
-            .args(["build", "--no-default-features", "--manifest-path"])
+            // --locked: the example's Cargo.lock is kept current (a user's build must not
+            // rewrite it), and `floe new` ships it to new crates.
+            .args(["build", "--locked", "--no-default-features", "--manifest-path"])
             .arg(repo.join("examples/user-job/Cargo.toml"))
             .env("CARGO_TARGET_DIR", &target)
             .output()

@@ -1,5 +1,5 @@
 //! The `floe` command line as a library call: [`main`] parses the arguments and runs `plan`, `jobs`,
-//! `run`, `jobmanager`, `taskmanager` or `gen-words` with the jobs of the registry it is given, so a
+//! `new`, `run`, `jobmanager`, `taskmanager` or `gen-words` with the jobs of the registry it is given, so a
 //! user's crate that registers its own jobs gets the same command (and its `floe run` starts its own
 //! binary as the JobManager and TaskManagers). Errors map to exit codes: 2 for bad input, as clap
 //! does for bad arguments; 1 for a job that did not finish.
