@@ -242,6 +242,30 @@ fn compare<H: Data + PartialEq, D: Data + PartialEq>(name: &str, hand: &[H], der
     }
 }
 
+/// Seconds to write every record's text form as a text sink does (a line each), and to copy the
+/// same strings' bytes raw: the cost of the text form over a plain copy, in one run.
+fn time_text(records: &[(String, u64)]) -> (f64, f64) {
+    let mut out = Vec::with_capacity(records.len() * 24);
+    let start = Instant::now();
+    for r in records {
+        r.write_text(&mut out);
+        out.push(b'\n');
+    }
+    let text = start.elapsed().as_secs_f64();
+    black_box(&out);
+    out.clear();
+    let start = Instant::now();
+    for (word, count) in records {
+        out.extend_from_slice(word.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(itoa::Buffer::new().format(*count).as_bytes());
+        out.push(b'\n');
+    }
+    let raw = start.elapsed().as_secs_f64();
+    black_box(&out);
+    (text, raw)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |name: &str, default: usize| {
@@ -288,4 +312,19 @@ fn main() {
     compare("WordCount (String, u64)", &words, &derived_words, rounds);
     compare("Nexmark Bid", &hand_bids, &bids, rounds);
     compare("Nexmark event (2% Person)", &hand_events, &events, rounds);
+    let (mut text, mut raw) = time_text(&words);
+    for _ in 1..rounds {
+        let (t, r) = time_text(&words);
+        (text, raw) = (text.min(t), raw.min(r));
+    }
+    println!();
+    println!("| text form of (String, u64) | raw copy | write_text | raw / write_text |");
+    println!("|---|---|---|---|");
+    let rate = |secs: f64| records as f64 / secs / 1e6;
+    println!(
+        "| WordCount lines | {:.1} | {:.1} | {:.2} |",
+        rate(raw),
+        rate(text),
+        raw / text
+    );
 }

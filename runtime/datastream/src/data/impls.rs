@@ -60,6 +60,44 @@ fn get_len(input: &mut &[u8]) -> Result<usize> {
     usize::try_from(get_varint(input)?).map_err(|_| Error::Decode("length".into()))
 }
 
+/// Text as a text sink writes it: a TAB, newline, carriage return or backslash inside a value
+/// would split a field or a line, so each is written as its backslash escape (`\t`, `\n`,
+/// `\r`, `\\`, PostgreSQL's text format); every other byte as it is. A line of output is then
+/// always one record, and a TAB always between two fields.
+#[inline]
+pub fn write_escaped(out: &mut Vec<u8>, text: &[u8]) {
+    if !may_need_escapes(text) {
+        out.extend_from_slice(text);
+        return;
+    }
+    for &b in text {
+        match b {
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            _ => out.push(b),
+        }
+    }
+}
+
+/// The bytes a text form escapes: TAB, newline, CR and backslash.
+static ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'\t' as usize] = true;
+    table[b'\n' as usize] = true;
+    table[b'\r' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
+/// Whether `text` has a byte to escape: one table load a byte, with no early exit inside a
+/// word's few bytes.
+#[inline]
+fn may_need_escapes(text: &[u8]) -> bool {
+    text.iter().fold(false, |any, &b| any | ESCAPED[usize::from(b)])
+}
+
 fn write_number(out: &mut Vec<u8>, n: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
@@ -235,7 +273,7 @@ impl Data for char {
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         let mut b = [0u8; 4];
-        out.extend_from_slice(self.encode_utf8(&mut b).as_bytes());
+        write_escaped(out, self.encode_utf8(&mut b).as_bytes());
     }
     fn stable_hash(&self, h: &mut StableHash) {
         h.write_u64(u64::from(u32::from(*self)));
@@ -259,7 +297,7 @@ impl Data for String {
         Ok(text)
     }
     fn write_text(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(self.as_bytes());
+        write_escaped(out, self.as_bytes());
     }
     fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
         let n = get_len(input)?;

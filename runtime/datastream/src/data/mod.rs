@@ -6,7 +6,7 @@
 mod impls;
 pub mod schema;
 
-pub use impls::{get_varint, put_varint, unknown_variant};
+pub use impls::{get_varint, put_varint, unknown_variant, write_escaped};
 pub use schema::{Field, Schema, Variant};
 
 use crate::error::Result;
@@ -43,7 +43,8 @@ use crate::error::Result;
 pub trait Data: Clone + Send + Sync + 'static {
     fn encode(&self, out: &mut Vec<u8>);
     fn decode(input: &mut &[u8]) -> Result<Self>;
-    /// The record as one line of a text sink (no newline); tuples are TAB-separated.
+    /// The record as one line of a text sink (no newline); tuples and structs are TAB-separated,
+    /// and text escapes TAB, newline, CR and backslash ([`write_escaped`]).
     fn write_text(&self, out: &mut Vec<u8>);
     /// Decodes the next record into `self`, reusing what it owns (a string's buffer): the input
     /// side of a chain that borrows its records decodes every record into one value.

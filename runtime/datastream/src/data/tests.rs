@@ -135,6 +135,21 @@ fn text_form_is_tab_separated() {
 }
 
 #[test]
+fn text_escapes_what_would_split_a_field_or_a_line() {
+    // Before, a value with a TAB or newline came out raw: one record read back as two fields or
+    // two lines.
+    let mut out = Vec::new();
+    ("a\tb\nc\r\\d".to_string(), 'x', '\t', "plain é".to_string()).write_text(&mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "a\\tb\\nc\\r\\\\d\tx\t\\t\tplain é"
+    );
+    let mut out = Vec::new();
+    vec!["x\ty".to_string()].write_text(&mut out);
+    assert_eq!(out, b"[x\\ty]");
+}
+
+#[test]
 fn murmur_matches_flink() {
     // Values of Flink's MathUtils.murmurHash(int), computed independently with Java int semantics.
     for (code, expected) in [
