@@ -118,8 +118,11 @@ fn savepoint(rest: &str, id: &str, target: &Path, stop: bool) -> String {
 fn assert_schemas_recorded(location: &str) {
     let metadata =
         std::fs::read(Path::new(location.trim_start_matches("file://")).join("_metadata")).unwrap();
-    // The sealed object's JSON after its header.
-    let start = metadata.iter().position(|&b| b == b'{').unwrap();
+    // The sealed object's JSON after its header (whose length and checksum bytes may hold a '{').
+    let start = metadata
+        .windows(10)
+        .position(|w| w == b"{\"format\":")
+        .unwrap_or_else(|| panic!("no savepoint JSON in {location}/_metadata"));
     let savepoint: serde_json::Value = serde_json::from_slice(&metadata[start..]).unwrap();
     let tasks = savepoint["checkpoint"]["tasks"].as_object().unwrap();
     let keyed: Vec<_> = tasks

@@ -125,8 +125,9 @@ const FAMILIES: &[&str] = &[
     "web",
 ];
 
-/// Literals of those families that are not configuration keys (an API group, protobuf names).
-const NOT_KEYS: &[&str] = &["floe.dev", "floe.proto", "floe.v1"];
+/// Literals of those families that are not configuration keys (an API group, protobuf names, the
+/// manifest `floe new` writes).
+const NOT_KEYS: &[&str] = &["floe.dev", "floe.proto", "floe.v1", "job.yaml"];
 
 /// The string literals of `source` (outside an inline test module) that look like keys.
 fn key_literals(source: &str) -> Vec<String> {

@@ -181,12 +181,12 @@ fn construct(target: Tokens, fields: &Fields, parsed: &[Field], floe: &Path) -> 
     }
 }
 
-/// Writes each field's text, TAB-separated.
+/// Writes each field's text as a field (text escaped), TAB-separated.
 fn text_fields(parsed: &[Field], floe: &Path, first: bool) -> Tokens {
     let writes = parsed.iter().enumerate().map(|(i, f)| {
         let access = &f.access;
         let tab = (i > 0 || !first).then(|| quote!(out.push(b'\t');));
-        quote!(#tab #floe::Data::write_text(&#access, out);)
+        quote!(#tab #floe::Data::write_field(&#access, out);)
     });
     quote!(#(#writes)*)
 }

@@ -809,7 +809,8 @@ impl<T: Data> DataStream<T> {
     /// checkpoint that covers it completes, then `part-{run}-{subtask}-{n}-{writer}` (`{writer}` is unique
     /// per attempt, so two attempts never touch each other's files); a restore removes what the
     /// restored checkpoint does not cover. Lines are the records' text form (tuples and structs
-    /// TAB-separated; a TAB, newline, CR or backslash inside text written as `\t`, `\n`, `\r`, `\\`).
+    /// TAB-separated; a TAB, newline, CR or backslash inside a text field written as `\t`, `\n`,
+    /// `\r`, `\\`; a `String` record as it is).
     pub fn sink_to_file(&self, url: &str) -> DataStreamSink {
         let url = url.to_string();
         let factory: SinkFactory = Arc::new(move |ctx: &OpContext, metrics: Arc<TaskMetrics>| {

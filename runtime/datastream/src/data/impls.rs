@@ -273,6 +273,10 @@ impl Data for char {
     }
     fn write_text(&self, out: &mut Vec<u8>) {
         let mut b = [0u8; 4];
+        out.extend_from_slice(self.encode_utf8(&mut b).as_bytes());
+    }
+    fn write_field(&self, out: &mut Vec<u8>) {
+        let mut b = [0u8; 4];
         write_escaped(out, self.encode_utf8(&mut b).as_bytes());
     }
     fn stable_hash(&self, h: &mut StableHash) {
@@ -296,7 +300,12 @@ impl Data for String {
         text.decode_into(input)?;
         Ok(text)
     }
+    /// As it is: a record that is text is a line the job made itself.
     fn write_text(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.as_bytes());
+    }
+    /// Escaped ([`write_escaped`]): a field never splits its record's fields or line.
+    fn write_field(&self, out: &mut Vec<u8>) {
         write_escaped(out, self.as_bytes());
     }
     fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {
@@ -373,6 +382,12 @@ impl<T: Data> Data for Option<T> {
             Some(v) => v.write_text(out),
         }
     }
+    fn write_field(&self, out: &mut Vec<u8>) {
+        match self {
+            None => out.extend_from_slice(b"null"),
+            Some(v) => v.write_field(out),
+        }
+    }
     fn stable_hash(&self, h: &mut StableHash) {
         match self {
             None => h.write_u64(0),
@@ -408,6 +423,9 @@ impl<T: Data> Data for Box<T> {
     fn write_text(&self, out: &mut Vec<u8>) {
         (**self).write_text(out);
     }
+    fn write_field(&self, out: &mut Vec<u8>) {
+        (**self).write_field(out);
+    }
     fn stable_hash(&self, h: &mut StableHash) {
         (**self).stable_hash(h);
     }
@@ -426,7 +444,7 @@ fn write_seq<'a, T: Data + 'a>(out: &mut Vec<u8>, items: impl Iterator<Item = &'
         if i > 0 {
             out.extend_from_slice(b", ");
         }
-        x.write_text(out);
+        x.write_field(out);
     }
     out.push(b']');
 }
@@ -452,9 +470,9 @@ fn write_map<'a, K: Data + 'a, V: Data + 'a>(
         if i > 0 {
             out.extend_from_slice(b", ");
         }
-        k.write_text(out);
+        k.write_field(out);
         out.extend_from_slice(b": ");
-        v.write_text(out);
+        v.write_field(out);
     }
     out.push(b'}');
 }
@@ -702,7 +720,7 @@ macro_rules! tuple {
                     if !std::mem::take(&mut first) {
                         out.push(b'\t');
                     }
-                    self.$i.write_text(out);
+                    self.$i.write_field(out);
                 )+
             }
             #[inline]

@@ -44,8 +44,15 @@ pub trait Data: Clone + Send + Sync + 'static {
     fn encode(&self, out: &mut Vec<u8>);
     fn decode(input: &mut &[u8]) -> Result<Self>;
     /// The record as one line of a text sink (no newline); tuples and structs are TAB-separated,
-    /// and text escapes TAB, newline, CR and backslash ([`write_escaped`]).
+    /// their fields written with [`Data::write_field`]. A record that is text itself is written
+    /// as it is (a line the job formatted).
     fn write_text(&self, out: &mut Vec<u8>);
+    /// This value's text as a field of a larger record (a tuple's, a struct's, a collection's
+    /// item): text escapes TAB, newline, CR and backslash there ([`write_escaped`]), so a value
+    /// never splits its record's fields or line. The default is [`Data::write_text`].
+    fn write_field(&self, out: &mut Vec<u8>) {
+        self.write_text(out)
+    }
     /// Decodes the next record into `self`, reusing what it owns (a string's buffer): the input
     /// side of a chain that borrows its records decodes every record into one value.
     fn decode_into(&mut self, input: &mut &[u8]) -> Result<()> {

@@ -135,8 +135,8 @@ fn text_form_is_tab_separated() {
 }
 
 #[test]
-fn text_escapes_what_would_split_a_field_or_a_line() {
-    // Before, a value with a TAB or newline came out raw: one record read back as two fields or
+fn text_fields_escape_what_would_split_a_field_or_a_line() {
+    // Before, a field with a TAB or newline came out raw: one record read back as two fields or
     // two lines.
     let mut out = Vec::new();
     ("a\tb\nc\r\\d".to_string(), 'x', '\t', "plain é".to_string()).write_text(&mut out);
@@ -147,6 +147,10 @@ fn text_escapes_what_would_split_a_field_or_a_line() {
     let mut out = Vec::new();
     vec!["x\ty".to_string()].write_text(&mut out);
     assert_eq!(out, b"[x\\ty]");
+    // A record that is text is a line the job formatted itself: written as it is.
+    let mut out = Vec::new();
+    "k0\t17\t10".to_string().write_text(&mut out);
+    assert_eq!(out, b"k0\t17\t10");
 }
 
 #[test]
@@ -345,6 +349,11 @@ mod derived {
         assert_eq!(text_of(&Shape::Rect { w: 3, h: 4 }), "Rect\t3\t4");
         assert_eq!(text_of(&Shape::Empty), "Empty");
         assert_eq!(text_of(&Pair(None::<u8>, vec![1u8, 2])), "null\t[1, 2]");
+        // A derived record's text fields are escaped, as a tuple's are.
+        assert_eq!(
+            text_of(&Pair("a\tb".to_string(), Some("c\nd".to_string()))),
+            "a\\tb\tc\\nd"
+        );
     }
 
     #[test]
