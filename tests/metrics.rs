@@ -338,7 +338,6 @@ fn a_slow_sink_shows_as_backpressure_at_the_source_and_busy_time_at_the_sink() {
 /// tasks, and what they use of it).
 #[test]
 fn a_taskmanager_serves_its_own_tasks_metrics() {
-    use std::io::BufRead;
     let dir = scratch("metrics-taskmanager");
     let manifest = dir.join("job.yaml");
     std::fs::write(
@@ -351,32 +350,8 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
     )
     .unwrap();
     let (_jm, rpc, _rest) = processes::jobmanager_with(&manifest, &dir.join("jm.log"), &[]);
-    let mut child = std::process::Command::new(FLOE)
-        .args([
-            "taskmanager",
-            "--jobmanager",
-            &rpc,
-            "--slots",
-            "3",
-            "--id",
-            "tm-metrics",
-        ])
-        .args(["--metrics-address", "127.0.0.1:0"])
-        .arg("-Dtaskmanager.memory.managed.size=64mb")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _tm = processes::Proc(child);
-    let address = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics="))
-        .unwrap_or_else(|| panic!("no metrics address in {line:?}"))
-        .to_string();
+    let (_tm, address) =
+        taskmanager_with_metrics(&rpc, "tm-metrics", &["-Dtaskmanager.memory.managed.size=64mb"]);
     // The reduce's RocksDB instance charges its memtable to the managed budget as it writes.
     let samples = wait_for(
         "the source's records and managed memory in use",
@@ -438,5 +413,105 @@ fn a_taskmanager_serves_its_own_tasks_metrics() {
                 + 1.0,
         "{samples:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A TaskManager of 3 slots serving its own `/metrics`: the process, and that address.
+fn taskmanager_with_metrics(rpc: &str, id: &str, extra: &[&str]) -> (processes::Proc, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(FLOE)
+        .args(["taskmanager", "--jobmanager", rpc, "--slots", "3", "--id", id])
+        .args(["--metrics-address", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let tm = processes::Proc(child);
+    let address = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .unwrap_or_else(|| panic!("no metrics address in {line:?}"))
+        .to_string();
+    (tm, address)
+}
+
+/// Issue 34, item 2: the metrics a job's functions register in `open` (the `enrich` job's
+/// counters, meter, histogram and gauge) are in the TaskManager's `/metrics` under Flink's
+/// operator scope and labels, parse as OpenMetrics, and move with the job: the lookups count up
+/// between two scrapes, the meter's rate is that of the lookups, the histogram's quantiles are
+/// ordered and within a line's 1..=12 words, the gauge is the table's size.
+#[test]
+fn the_metrics_a_function_registers_are_served_under_flinks_operator_scope() {
+    let dir = scratch("metrics-user");
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: floe.dev/v1alpha1\nkind: FlinkJob\nmetadata: {{ name: user-metrics }}\nspec:\n  job:\n    name: enrich\n    args: [\"--output\", \"{}\", \"--records\", \"0\", \"--rate\", \"2000\"]\n    parallelism: 1\n    mode: streaming\n  taskManager: {{ replicas: 1, slots: 3 }}\n  storage: {{ url: \"file://{}\" }}\n",
+            dir.join("out").display(),
+            dir.join("storage").display()
+        ),
+    )
+    .unwrap();
+    let (_jm, rpc, _rest) = processes::jobmanager_with(&manifest, &dir.join("jm.log"), &[]);
+    let (_tm, address) = taskmanager_with_metrics(&rpc, "tm-user", &[]);
+    let scope = "flink_taskmanager_job_task_operator_enrich_";
+    let at = [
+        ("operator_name", "Enrich"),
+        ("tm_id", "tm-user"),
+        ("subtask_index", "0"),
+    ];
+    let lookups = |samples: &[Sample]| value(samples, &format!("{scope}lookups"), &at);
+    let first = wait_for("the enrich function's lookups", Duration::from_secs(60), || {
+        let samples = parse(&get_text(&address, "/metrics").1);
+        lookups(&samples).filter(|n| *n > 0.0).map(|_| samples)
+    });
+    let second = wait_for("more lookups", Duration::from_secs(60), || {
+        let samples = parse(&get_text(&address, "/metrics").1);
+        lookups(&samples)
+            .filter(|n| *n > lookups(&first).unwrap())
+            .map(|_| samples)
+    });
+    let get = |name: &str, extra: &[(&str, &str)]| {
+        let labels: Vec<(&str, &str)> = at.iter().chain(extra).copied().collect();
+        value(&second, &format!("{scope}{name}"), &labels).unwrap_or_else(|| panic!("{name} {extra:?}"))
+    };
+    assert_eq!(get("misses", &[]), 0.0);
+    let (_, words) = floe_datastream::generator_vocabulary();
+    assert_eq!(get("tableSize", &[]), words.len() as f64);
+    // The task's labels are Flink's: job, task, subtask, TaskManager (and the operator's name).
+    let sample = second
+        .iter()
+        .find(|(n, _, _)| n == &format!("{scope}lookups"))
+        .unwrap();
+    for label in [
+        "job_id",
+        "task_id",
+        "task_name",
+        "subtask_index",
+        "tm_id",
+        "operator_name",
+    ] {
+        assert!(sample.1.contains_key(label), "{label} in {sample:?}");
+    }
+    // 2,000 lines a second of 1..=12 words are 2,000..=24,000 lookups a second; the meter counts
+    // from its `open`, just before the first line (loosely bounded: the machine is shared).
+    let rate = get("lookupsPerSecond", &[]);
+    assert!((1000.0..=30_000.0).contains(&rate), "lookups per second: {rate}");
+    let quantiles: Vec<f64> = ["0.5", "0.75", "0.95", "0.98", "0.99", "0.999"]
+        .iter()
+        .map(|q| get("wordsPerLine", &[("quantile", q)]))
+        .collect();
+    assert!(quantiles.windows(2).all(|w| w[0] <= w[1]), "{quantiles:?}");
+    assert!(
+        quantiles.iter().all(|q| (1.0..=12.0).contains(q)),
+        "{quantiles:?}"
+    );
+    assert!(get("wordsPerLine_count", &[]) > 0.0);
     let _ = std::fs::remove_dir_all(&dir);
 }

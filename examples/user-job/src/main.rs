@@ -7,9 +7,10 @@
 
 use std::process::ExitCode;
 
+use floe::datastream::metrics::{Counter, Histogram};
 use floe::datastream::{
-    ArgKind, ArgSpec, Collector, JobSpec, KeyedContext, KeyedProcessFunction, MAX_WATERMARK, Result,
-    StreamExecutionEnvironment,
+    ArgKind, ArgSpec, Collector, FunctionResult, JobSpec, KeyedContext, KeyedProcessFunction, MAX_WATERMARK,
+    Result, RuntimeContext, StreamExecutionEnvironment,
 };
 
 /// One line of the input: a user looked at a page for some milliseconds.
@@ -51,10 +52,23 @@ impl Visit {
 
 /// Per user: adds each visit to the user's stats; writes them once the input has ended (the
 /// end-of-input watermark fires the timer), so the output has one line per user in either mode.
-struct Totals;
+/// Each subtask runs its own copy (`Clone`); its `open` registers the metrics the TaskManager's
+/// `/metrics` serves (`flink_taskmanager_job_task_operator_visits_seen`, `..._visits_millis`).
+#[derive(Clone, Default)]
+struct Totals {
+    seen: Option<Counter>,
+    millis: Option<Histogram>,
+}
 
 impl KeyedProcessFunction<String, Visit, UserStats> for Totals {
     type State = UserStats;
+
+    fn open(&mut self, ctx: &RuntimeContext) -> FunctionResult {
+        let visits = ctx.metric_group().add_group("visits");
+        self.seen = Some(visits.counter("seen"));
+        self.millis = Some(visits.histogram("millis", 1000));
+        Ok(())
+    }
 
     fn process_element(
         &self,
@@ -62,6 +76,10 @@ impl KeyedProcessFunction<String, Visit, UserStats> for Totals {
         ctx: &mut KeyedContext<'_, String, UserStats>,
         _out: &mut dyn Collector<UserStats>,
     ) {
+        if let (Some(seen), Some(millis)) = (&self.seen, &self.millis) {
+            seen.inc();
+            millis.update(visit.millis as i64);
+        }
         let stats = ctx.state();
         if stats.visits == 0 {
             stats.user = visit.user.clone();
@@ -116,7 +134,7 @@ fn user_visits(env: &mut StreamExecutionEnvironment, args: &[String]) -> Result<
     // naming the file, the line's number and why: nothing is dropped unseen.
     env.read_text_records(args.text("input")?, false, Visit::parse)
         .key_by(|v: &Visit| v.user.clone())
-        .process_function(Totals)
+        .process_function(Totals::default())
         .filter(move |s: &UserStats| s.visits >= min_visits)
         .sink_to_file(args.text("output")?);
     Ok(())

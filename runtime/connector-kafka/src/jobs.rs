@@ -276,6 +276,7 @@ fn kafka_keyed_count(env: &mut StreamExecutionEnvironment, args: &[String]) -> R
 }
 
 /// Writes `key TAB window start TAB count` for each window's count.
+#[derive(Clone)]
 struct WindowCount;
 
 impl ProcessWindowFunction<String, (String, u64), String> for WindowCount {

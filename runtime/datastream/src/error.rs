@@ -67,6 +67,11 @@ pub enum Error {
         line: u64,
         message: String,
     },
+    /// An operator failed while it ran: a user function's `open`, per-record call or `close`
+    /// returned an error, or state or a side output could not be written. The task fails and
+    /// the job's restart strategy applies, as when a Flink function throws.
+    #[error("{0}")]
+    Operator(String),
     /// Writing to stdout (the print sink) failed.
     #[error("print sink: {0}")]
     Io(#[from] std::io::Error),

@@ -494,6 +494,11 @@ impl BuiltJob {
         let (max_parallelism, key_groups) = self.key_groups(vertex, ctx.subtask, ctx.parallelism);
         let op_ctx = OpContext {
             job_id: ctx.job_id.clone(),
+            operator_name: plan
+                .chain
+                .first()
+                .map(|&i| self.nodes[i].name.clone())
+                .unwrap_or_default(),
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             attempt: ctx.attempt,
@@ -533,6 +538,7 @@ impl BuiltJob {
                     .push((side.tag.clone(), side.ty.side_writer(&side.routes, &setup)?));
             }
             let mut c = op_ctx.clone();
+            c.operator_name = self.nodes[i].name.clone();
             c.side_outputs = Arc::new(std::sync::Mutex::new((!sides.0.is_empty()).then_some(sides)));
             Ok(c)
         };

@@ -23,6 +23,7 @@ mod io;
 mod job_spec;
 mod jobs;
 mod latency;
+pub mod metrics;
 pub mod nexmark;
 mod operator_ids;
 mod operators;
@@ -48,6 +49,7 @@ pub use floe_derive::Data;
 pub use graph::BuiltJob;
 pub use io::sink::{RUNS_LATEST_CHECKPOINT_KEY, SUPERSEDED_RUNS_KEY};
 pub use io::{GENERATOR_VOCABULARY, generator_line, generator_vocabulary, generator_word, location_url};
+pub use jobs::enrich::region_of as enrich_region_of;
 pub use jobs::map_state::entry_checksum as map_state_entry_checksum;
 pub use jobs::{
     ArgKind, ArgSpec, JobArgValues, JobArgs, JobFn, JobRegistry, JobSpec, parse_args, tokenize, wordcount,
@@ -63,8 +65,9 @@ pub use operators::window::{
     WindowTrigger,
 };
 pub use operators::{
-    BroadcastProcessFunction, Collector, KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext,
-    KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction, TaggedUnion,
+    BroadcastProcessFunction, Collector, FunctionError, FunctionResult, KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction,
+    RichFilterFunction, RichFlatMapFunction, RichMapFunction, RuntimeContext, TaggedUnion,
 };
 pub use state::entries::{
     AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MAX_STATE_NAME_BYTES,

@@ -496,7 +496,7 @@ impl Running {
         )
         .await?;
         if let Some(failure) = self.head.failure() {
-            return Err(Error::State(failure));
+            return Err(Error::Operator(failure));
         }
         Ok(())
     }

@@ -71,6 +71,8 @@ pub struct TaskMetrics {
     /// The task's result partitions and input gates, set when it is deployed: how full their
     /// buffers are is read from them when the metrics are.
     pub pools: OnceLock<BufferPools>,
+    /// The metrics the task's functions registered (`RuntimeContext::metric_group`).
+    pub user: std::sync::Arc<crate::metrics::UserMetrics>,
 }
 
 /// The buffers of a task's outputs and inputs (Flink's `buffers.outPoolUsage`,
@@ -115,6 +117,7 @@ impl Default for TaskMetrics {
             late_records_dropped: AtomicU64::new(0),
             running_since: OnceLock::new(),
             pools: OnceLock::new(),
+            user: Default::default(),
         }
     }
 }

@@ -24,6 +24,7 @@ fn factor(key: u64) -> u64 {
 /// state for an event-time timer at their timestamp, which fires only when the watermark of both
 /// inputs passed it; the rules' input reaches that only after its last rule. Each rule is also
 /// acknowledged by every subtask that stored it.
+#[derive(Clone)]
 struct ApplyRules;
 
 impl KeyedBroadcastProcessFunction<u64, (u64, u64), (u64, u64), (u64, u64)> for ApplyRules {
@@ -115,6 +116,7 @@ async fn a_keyed_broadcast_process_function_applies_the_rules_every_subtask_hold
 }
 
 /// The same rules over a stream that is not keyed.
+#[derive(Clone)]
 struct Multiply;
 
 impl BroadcastProcessFunction<u64, (u64, u64), u64> for Multiply {

@@ -25,6 +25,7 @@ fn event(n: u64) -> (String, i64) {
 }
 
 /// Emits `(key, (window start, count))`.
+#[derive(Clone)]
 struct Count;
 impl ProcessWindowFunction<String, (String, i64), (String, (i64, u64))> for Count {
     fn process(
@@ -39,6 +40,7 @@ impl ProcessWindowFunction<String, (String, i64), (String, (i64, u64))> for Coun
 }
 
 /// Counts with an accumulator (the incremental path).
+#[derive(Clone)]
 struct Counter;
 impl AggregateFunction<(String, i64)> for Counter {
     type Acc = (String, u64);
@@ -59,6 +61,7 @@ impl AggregateFunction<(String, i64)> for Counter {
 }
 
 /// Adds the window's start to an aggregated count.
+#[derive(Clone)]
 struct WithStart;
 impl ProcessWindowFunction<String, (String, u64), (String, (i64, u64))> for WithStart {
     fn process(

@@ -15,6 +15,7 @@ use floe_datastream::{
 };
 
 /// Evens on the main output, odd numbers as text on the side.
+#[derive(Clone)]
 struct Split(OutputTag<String>);
 
 impl ProcessFunction<u64, u64> for Split {
@@ -28,6 +29,7 @@ impl ProcessFunction<u64, u64> for Split {
 }
 
 /// Sums per key on the main output; each key's first element also goes to the side output.
+#[derive(Clone)]
 struct FirstSeen(OutputTag<u64>);
 
 impl KeyedProcessFunction<u64, u64, (u64, u64)> for FirstSeen {

@@ -128,6 +128,7 @@ async fn connected_streams_co_map_and_co_flat_map_each_input_with_its_own_functi
 
 /// Orders wait in their customer's state until the customer is known; then each goes out with
 /// the customer's name. Which input is ahead differs by subtask and run.
+#[derive(Clone)]
 struct Enrich;
 
 impl KeyedCoProcessFunction<u64, (u64, String), (u64, u64), (String, u64)> for Enrich {

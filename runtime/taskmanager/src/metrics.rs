@@ -106,6 +106,7 @@ impl TaskManager {
             ] {
                 g.set(name, help, &task, value);
             }
+            user_metrics(&mut g, &task, &m.user);
         }
         g.encode()
     }
@@ -126,5 +127,58 @@ impl TaskManager {
             }),
         );
         tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+}
+
+/// The metrics a task's functions registered (`RuntimeContext::metric_group`), under Flink's
+/// operator scope with the task's labels and the operator's name, as Flink's Prometheus reporter
+/// prints them: a counter or gauge its value, a meter its rate, a histogram its quantiles (label
+/// `quantile`) and `<name>_count`.
+fn user_metrics(g: &mut Gauges, task: &Labels, user: &floe_datastream::metrics::UserMetrics) {
+    use floe_datastream::metrics::Metric;
+    for r in user.registered() {
+        let mut labels = task.clone();
+        labels.push(("operator_name".into(), r.operator.clone()));
+        let name = r.scoped_name();
+        match &r.metric {
+            Metric::Counter(c) => g.set(
+                name,
+                "A counter a job's function registered",
+                &labels,
+                c.count() as f64,
+            ),
+            Metric::Gauge(read) => {
+                // The job's code, on the scrape's thread: a panic in it loses this gauge only.
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| read())) {
+                    Ok(v) => g.set(name, "A gauge a job's function registered", &labels, v),
+                    Err(_) => tracing::warn!(metric = %name, "a gauge's function panicked"),
+                }
+            }
+            Metric::Meter(m) => g.set(
+                name,
+                "Events per second over the last minute (a meter a job's function registered)",
+                &labels,
+                m.rate(),
+            ),
+            Metric::Histogram(h) => {
+                let (quantiles, count) = h.statistics();
+                for (q, v) in quantiles {
+                    let mut at = labels.clone();
+                    at.push(("quantile".into(), q.to_string()));
+                    g.set(
+                        name.clone(),
+                        "A quantile of the last values of a histogram a job's function registered",
+                        &at,
+                        v as f64,
+                    );
+                }
+                g.set(
+                    format!("{name}_count"),
+                    "Values recorded by a histogram a job's function registered",
+                    &labels,
+                    count as f64,
+                );
+            }
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! Flink's reporter, every figure is a gauge (a count such as `numRecordsIn` too, so the name stays
 //! Flink's, without the `_total` OpenMetrics gives counters).
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::text::encode;
@@ -29,16 +30,24 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
 /// scrape, then encoded.
 #[derive(Debug, Default)]
 pub struct Gauges {
-    families: Vec<(&'static str, &'static str, Figures)>,
+    families: Vec<(Cow<'static, str>, Cow<'static, str>, Figures)>,
 }
 
 impl Gauges {
     /// Sets gauge `name` (described by `help` when first used) at `labels` to `value`.
-    pub fn set(&mut self, name: &'static str, help: &'static str, labels: &Labels, value: f64) {
+    /// Names are Flink's (`&'static str`) or made at run time (a user metric's).
+    pub fn set(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        help: impl Into<Cow<'static, str>>,
+        labels: &Labels,
+        value: f64,
+    ) {
+        let name = name.into();
         let family = match self.families.iter().position(|(n, _, _)| *n == name) {
             Some(i) => &self.families[i].2,
             None => {
-                self.families.push((name, help, Figures::default()));
+                self.families.push((name, help.into(), Figures::default()));
                 &self.families.last().expect("just pushed").2
             }
         };

@@ -211,15 +211,42 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedConnectedStreams<A, B, K>
     /// event-time and processing-time timers (Flink's `process(KeyedCoProcessFunction)`).
     /// Checkpointed, restored and rescaled as any keyed state; in BATCH both inputs are sorted by
     /// key and time and each key runs alone.
-    pub fn process<O: Data, F: KeyedCoProcessFunction<K, A, B, O>>(&self, f: F) -> DataStream<O> {
-        self.process_named(
+    ///
+    /// Each subtask runs its own copy of `f`, opened before its first element (after its state
+    /// is restored) and closed when it ends.
+    pub fn process<O: Data, F: KeyedCoProcessFunction<K, A, B, O> + Clone>(&self, f: F) -> DataStream<O> {
+        let prototype = Arc::new(crate::operators::Prototype::new(f));
+        self.process_with(
             "co-process",
             "KeyedCoProcess",
-            Arc::new(CoProcess(Arc::new(f), PhantomData)),
+            move |ctx: &OpContext| {
+                crate::operators::open_shared(
+                    CoProcess(Arc::new(prototype.copy()), PhantomData),
+                    ctx,
+                    <CoProcess<F, A, B> as crate::operators::KeyedProcessFunction<K, TaggedUnion<A, B>, O>>::open,
+                    <CoProcess<F, A, B> as crate::operators::KeyedProcessFunction<K, TaggedUnion<A, B>, O>>::close,
+                )
+            },
         )
     }
 
     fn process_named<O, F>(&self, id: &'static str, name: &str, f: Arc<F>) -> DataStream<O>
+    where
+        O: Data,
+        F: crate::operators::KeyedProcessFunction<K, TaggedUnion<A, B>, O>,
+    {
+        self.process_with(id, name, move |_: &OpContext| {
+            Ok(crate::operators::Opened::plain(f.clone()))
+        })
+    }
+
+    /// The two-input keyed operator of the function each subtask's `function` makes.
+    fn process_with<O, F>(
+        &self,
+        id: &'static str,
+        name: &str,
+        function: impl Fn(&OpContext) -> crate::Result<crate::operators::Opened<Arc<F>>> + Send + Sync + 'static,
+    ) -> DataStream<O>
     where
         O: Data,
         F: crate::operators::KeyedProcessFunction<K, TaggedUnion<A, B>, O>,
@@ -238,7 +265,7 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedConnectedStreams<A, B, K>
             key,
             key_ref: None,
         };
-        let factory = tagged.keyed_process_factory(f, false);
+        let factory = tagged.keyed_process_factory(function, false);
         two_input_node::<A, B, O>(
             &self.first.stream,
             self.first.hash_input(self.first.stream.node),
@@ -431,7 +458,7 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> CoGroupWindowed<A, B, K, false
         O: Data,
         F: Fn(&K, &WindowContext, &[A], &[B], &mut dyn Collector<O>) + Send + Sync + 'static,
     {
-        self.windowed.process(CoGroupWindow(f, PhantomData))
+        self.windowed.process(CoGroupWindow(Arc::new(f), PhantomData))
     }
 }
 
@@ -451,12 +478,19 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> CoGroupWindowed<A, B, K, true>
                     }
                 }
             };
-        self.windowed.process(CoGroupWindow(pairs, PhantomData))
+        self.windowed.process(CoGroupWindow(Arc::new(pairs), PhantomData))
     }
 }
 
-/// A co-group function as the window function over the tagged elements.
-struct CoGroupWindow<F, A, B>(F, PhantomData<fn(A, B)>);
+/// A co-group function as the window function over the tagged elements (shared by the
+/// subtasks' copies: a closure need not be `Clone`).
+struct CoGroupWindow<F, A, B>(Arc<F>, PhantomData<fn(A, B)>);
+
+impl<F, A, B> Clone for CoGroupWindow<F, A, B> {
+    fn clone(&self) -> Self {
+        CoGroupWindow(Arc::clone(&self.0), PhantomData)
+    }
+}
 
 impl<K, A, B, O, F> ProcessWindowFunction<K, TaggedUnion<A, B>, O> for CoGroupWindow<F, A, B>
 where
@@ -522,19 +556,28 @@ impl<A, B> std::fmt::Debug for BroadcastConnectedStream<A, B> {
 impl<A: Data, B: Data> BroadcastConnectedStream<A, B> {
     /// A [`BroadcastProcessFunction`](crate::BroadcastProcessFunction): the broadcast state,
     /// checkpointed by every subtask and restored into any parallelism.
-    pub fn process<O: Data, F: crate::BroadcastProcessFunction<A, B, O>>(&self, f: F) -> DataStream<O> {
-        let f = Arc::new(f);
+    ///
+    /// Each subtask runs its own copy of `f`, opened before its first element and closed when it
+    /// ends.
+    pub fn process<O: Data, F: crate::BroadcastProcessFunction<A, B, O> + Clone>(
+        &self,
+        f: F,
+    ) -> DataStream<O> {
+        let prototype = Arc::new(crate::operators::Prototype::new(f));
         let batch = self.first.mode() == super::RuntimeMode::Batch;
         let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
             let restored = ctx.restore.as_ref().and_then(|r| r.broadcast.as_deref());
+            let broadcast = restore_broadcast(restored)?;
+            let down = downcast::<O>(down)?;
+            let f = crate::operators::Opened::open(prototype.copy(), ctx, F::open, F::close)?;
             Ok(erase::<TaggedUnion<A, B>>(Box::new(BroadcastOp {
-                f: f.clone(),
-                broadcast: restore_broadcast(restored)?,
+                f,
+                broadcast,
                 time: ctx.time.clone(),
                 watermark: crate::time::MIN_WATERMARK,
                 side: ctx.take_side_outputs(),
                 failure: None,
-                down: downcast::<O>(down)?,
+                down,
                 held: batch.then(Vec::new),
                 _in: PhantomData,
             })))
@@ -568,33 +611,39 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedBroadcastConnectedStream<
     /// and timers for the keyed input, the broadcast state for both; in BATCH every broadcast
     /// element is processed before the keyed input (which is sorted by key, as any BATCH keyed
     /// operator's).
+    ///
+    /// Each subtask runs its own copy of `f`, opened before its first element (after its state
+    /// is restored) and closed when it ends.
     pub fn process<O, F>(&self, f: F) -> DataStream<O>
     where
         O: Data,
-        F: crate::KeyedBroadcastProcessFunction<K, A, B, O>,
+        F: crate::KeyedBroadcastProcessFunction<K, A, B, O> + Clone,
     {
         lock(&self.keyed.stream.shared).timed = true;
         let batch = self.keyed.stream.mode() == super::RuntimeMode::Batch;
-        let (f, key) = (Arc::new(f), self.keyed.key.clone());
+        let (prototype, key) = (
+            Arc::new(crate::operators::Prototype::new(f)),
+            self.keyed.key.clone(),
+        );
         let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
             let restored = ctx.restore.as_ref().and_then(|r| r.broadcast.as_deref());
             let broadcast = Arc::new(std::sync::Mutex::new(restore_broadcast(restored)?));
             let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
+            let down = downcast::<O>(down)?;
             let side = KeyedSide {
-                f: f.clone(),
+                f: Arc::new(prototype.copy()),
                 broadcast: broadcast.clone(),
                 _b: PhantomData,
             };
-            let op = KeyedProcessOperator::new(
-                key.clone(),
-                Arc::new(side),
-                state,
-                timers,
-                ctx.task_time()?,
-                downcast::<O>(down)?,
-            )
-            .with_metrics(ctx.metrics.clone())
-            .with_side_outputs(ctx.take_side_outputs());
+            let side = crate::operators::open_shared(
+                side,
+                ctx,
+                <KeyedSide<F, B, F::Key, F::Value> as crate::operators::KeyedProcessFunction<K, A, O>>::open,
+                <KeyedSide<F, B, F::Key, F::Value> as crate::operators::KeyedProcessFunction<K, A, O>>::close,
+            )?;
+            let op = KeyedProcessOperator::opened(key.clone(), side, state, timers, ctx.task_time()?, down)
+                .with_metrics(ctx.metrics.clone())
+                .with_side_outputs(ctx.take_side_outputs());
             let inner = if batch {
                 KeyedInner::Batch(SortedKeyedProcess::new(op))
             } else {
@@ -602,7 +651,6 @@ impl<A: Data, B: Data, K: Data + Hash + Eq + Ord> KeyedBroadcastConnectedStream<
             };
             Ok(erase::<TaggedUnion<A, B>>(Box::new(KeyedBroadcastOp {
                 inner,
-                f: f.clone(),
                 broadcast,
             })))
         });

@@ -168,12 +168,19 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
     /// per-key state and event-time and processing-time timers, checkpointed in either state
     /// backend. BATCH sorts the input by key and time and runs one key at a time, its event time
     /// ending after its last element (`SortedKeyedProcess`).
+    ///
+    /// Each subtask runs its own copy of `f`, opened before its first element (after its state
+    /// is restored) and closed when it ends.
     pub fn process_function<O, F>(&self, f: F) -> DataStream<O>
     where
         O: Data,
-        F: KeyedProcessFunction<K, T, O>,
+        F: KeyedProcessFunction<K, T, O> + Clone,
     {
-        let factory = self.keyed_process_factory(Arc::new(f), false);
+        let prototype = Arc::new(crate::operators::Prototype::new(f));
+        let factory = self.keyed_process_factory(
+            move |ctx: &OpContext| crate::operators::open_shared(prototype.copy(), ctx, F::open, F::close),
+            false,
+        );
         let input = self.hash_input(self.stream.node);
         self.stream
             .add_operator("process", "KeyedProcess", Par::Default, input, factory)
@@ -181,9 +188,14 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
 
     /// The operator of a keyed process function: the timer-aware keyed operator in STREAMING, its
     /// sorted one-key-at-a-time form in BATCH. Marks the job timed.
+    /// `function`: the function each subtask runs (a user's function copied and opened for it).
     /// `window`: the function is a window operator, whose processing time ends with the input
     /// (see `KeyedProcessOperator::ending_processing_time`).
-    pub(crate) fn keyed_process_factory<O, F>(&self, f: Arc<F>, window: bool) -> OpFactory
+    pub(crate) fn keyed_process_factory<O, F>(
+        &self,
+        function: impl Fn(&OpContext) -> crate::Result<crate::operators::Opened<Arc<F>>> + Send + Sync + 'static,
+        window: bool,
+    ) -> OpFactory
     where
         O: Data,
         F: KeyedProcessFunction<K, T, O>,
@@ -193,13 +205,14 @@ impl<T: Data, K: Data + Hash + Eq + Ord> KeyedStream<T, K> {
         let key = self.key.clone();
         Arc::new(move |ctx: &OpContext, down: AnyOp| {
             let (state, timers) = ctx.keyed_with_timers::<K, F::State>()?;
-            let op = KeyedProcessOperator::<T, K, O, F>::new(
+            let down = downcast::<O>(down)?;
+            let op = KeyedProcessOperator::<T, K, O, F>::opened(
                 key.clone(),
-                f.clone(),
+                function(ctx)?,
                 state,
                 timers,
                 ctx.task_time()?,
-                downcast::<O>(down)?,
+                down,
             )
             .with_metrics(ctx.metrics.clone())
             .with_side_outputs(ctx.take_side_outputs());

@@ -26,6 +26,7 @@ use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 mod connected;
 mod files;
 mod keyed;
+mod rich;
 mod window;
 
 pub use crate::types::RuntimeMode;
@@ -636,16 +637,21 @@ impl<T: Data> DataStream<T> {
     /// A [`ProcessFunction`](crate::ProcessFunction) over each element (Flink's
     /// `process(ProcessFunction)`): the element's timestamp, the watermark, and side outputs
     /// (`ctx.output(&tag, ..)`, read with `get_side_output(&tag)`).
-    pub fn process<O: Data, F: crate::operators::ProcessFunction<T, O>>(&self, f: F) -> DataStream<O> {
-        let f = Arc::new(f);
+    pub fn process<O: Data, F: crate::operators::ProcessFunction<T, O> + Clone>(
+        &self,
+        f: F,
+    ) -> DataStream<O> {
+        let prototype = Arc::new(crate::operators::Prototype::new(f));
         let factory: OpFactory = Arc::new(move |ctx: &OpContext, down: AnyOp| {
+            let down = downcast::<O>(down)?;
+            let f = crate::operators::Opened::open(prototype.copy(), ctx, F::open, F::close)?;
             Ok(erase::<T>(Box::new(crate::operators::ProcessOp {
-                f: f.clone(),
+                f,
                 time: ctx.time.clone(),
                 watermark: crate::time::MIN_WATERMARK,
                 side: ctx.take_side_outputs(),
                 failure: None,
-                down: downcast::<O>(down)?,
+                down,
                 _in: PhantomData,
             })))
         });

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use super::{DataStream, KeyedStream, Par, lock};
 use crate::data::Data;
-use crate::operators::OutputTag;
 use crate::operators::window::{
     AggregateFn, AggregateFunction, ContentsFn, Direct, EventTimeTrigger, Evictor, NeverTrigger,
     ProcessWindowFunction, ProcessingTimeTrigger, ReduceFn, ThenProcess, Trigger, WindowAssigner, WindowFn,
     WindowOperator,
 };
+use crate::operators::{OutputTag, Prototype};
 
 /// A keyed stream whose elements go into windows; a window function makes it a stream again.
 pub struct WindowedStream<T, K> {
@@ -93,22 +93,31 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     /// Reduces each window's elements incrementally.
     pub fn reduce<F: Fn(T, T) -> T + Send + Sync + 'static>(&self, f: F) -> DataStream<T> {
         match self.evictor {
-            None => self.apply("Window(Reduce)", ReduceFn(Arc::new(f), Direct)),
-            Some(_) => self.apply_contents("Window(Reduce)", ReduceAll(Arc::new(f))),
+            None => {
+                let f = Arc::new(f);
+                self.apply("Window(Reduce)", move || ReduceFn(f.clone(), Direct))
+            }
+            Some(_) => {
+                let f = Arc::new(f);
+                self.apply_contents("Window(Reduce)", move || ReduceAll(f.clone()))
+            }
         }
     }
 
     /// Aggregates each window incrementally with an accumulator.
     pub fn aggregate<A: AggregateFunction<T>>(&self, f: A) -> DataStream<A::Out> {
+        let f = Arc::new(f);
         match self.evictor {
-            None => self.apply("Window(Aggregate)", AggregateFn(Arc::new(f), Direct)),
-            Some(_) => self.apply_contents("Window(Aggregate)", AggregateAll(Arc::new(f), PhantomData)),
+            None => self.apply("Window(Aggregate)", move || AggregateFn(f.clone(), Direct)),
+            Some(_) => self.apply_contents("Window(Aggregate)", move || AggregateAll(f.clone(), PhantomData)),
         }
     }
 
-    /// Evaluates `f` over all of a window's elements.
-    pub fn process<O: Data, P: ProcessWindowFunction<K, T, O>>(&self, f: P) -> DataStream<O> {
-        self.apply_contents("Window(Process)", f)
+    /// Evaluates `f` over all of a window's elements. Each subtask runs its own copy of `f`,
+    /// opened before its first element and closed when it ends.
+    pub fn process<O: Data, P: ProcessWindowFunction<K, T, O> + Clone>(&self, f: P) -> DataStream<O> {
+        let prototype = Arc::new(Prototype::new(f));
+        self.apply_contents("Window(Process)", move || prototype.copy())
     }
 
     /// Reduces incrementally, then hands the one result to `f` with the window (Flink's
@@ -117,18 +126,19 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     where
         O: Data,
         F: Fn(T, T) -> T + Send + Sync + 'static,
-        P: ProcessWindowFunction<K, T, O>,
+        P: ProcessWindowFunction<K, T, O> + Clone,
     {
-        let f = Arc::new(f);
+        let (reduce, prototype) = (Arc::new(reduce), Arc::new(Prototype::new(f)));
         match self.evictor {
-            None => self.apply(
-                "Window(Reduce, Process)",
-                ReduceFn(Arc::new(reduce), ThenProcess(f, PhantomData)),
-            ),
-            Some(_) => self.apply_contents(
-                "Window(Reduce, Process)",
-                Then(ReduceAll(Arc::new(reduce)), f, PhantomData),
-            ),
+            None => self.apply("Window(Reduce, Process)", move || {
+                ReduceFn(
+                    reduce.clone(),
+                    ThenProcess(Arc::new(prototype.copy()), PhantomData),
+                )
+            }),
+            Some(_) => self.apply_contents("Window(Reduce, Process)", move || {
+                Then(ReduceAll(reduce.clone()), Arc::new(prototype.copy()), PhantomData)
+            }),
         }
     }
 
@@ -137,24 +147,35 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
     where
         A: AggregateFunction<T>,
         O: Data,
-        P: ProcessWindowFunction<K, A::Out, O>,
+        P: ProcessWindowFunction<K, A::Out, O> + Clone,
     {
-        let f = Arc::new(f);
+        let (aggregate, prototype) = (Arc::new(aggregate), Arc::new(Prototype::new(f)));
         match self.evictor {
-            None => self.apply(
-                "Window(Aggregate, Process)",
-                AggregateFn(Arc::new(aggregate), ThenProcess(f, PhantomData)),
-            ),
-            Some(_) => self.apply_contents(
-                "Window(Aggregate, Process)",
-                Then(AggregateAll(Arc::new(aggregate), PhantomData), f, PhantomData),
-            ),
+            None => self.apply("Window(Aggregate, Process)", move || {
+                AggregateFn(
+                    aggregate.clone(),
+                    ThenProcess(Arc::new(prototype.copy()), PhantomData),
+                )
+            }),
+            Some(_) => self.apply_contents("Window(Aggregate, Process)", move || {
+                Then(
+                    AggregateAll(aggregate.clone(), PhantomData),
+                    Arc::new(prototype.copy()),
+                    PhantomData,
+                )
+            }),
         }
     }
 
-    fn apply_contents<O: Data, P: ProcessWindowFunction<K, T, O>>(&self, name: &str, f: P) -> DataStream<O> {
+    /// A window operator over each window's kept elements, with the function each subtask's
+    /// `make` gives it.
+    fn apply_contents<O: Data, P: ProcessWindowFunction<K, T, O>>(
+        &self,
+        name: &str,
+        make: impl Fn() -> P + Send + Sync + 'static,
+    ) -> DataStream<O> {
         let evictor = self.evictor;
-        self.apply(name, ContentsFn::new(Arc::new(f), evictor))
+        self.apply(name, move || ContentsFn::new(Arc::new(make()), evictor))
     }
 
     fn default_trigger(&self) -> Trigger {
@@ -165,7 +186,13 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
         }
     }
 
-    fn apply<O: Data, W: WindowFn<K, T, O>>(&self, name: &str, f: W) -> DataStream<O> {
+    /// The window operator, built for each subtask around the window function `make` gives (its
+    /// own copy of a user's process function, opened there).
+    fn apply<O: Data, W: WindowFn<K, T, O>>(
+        &self,
+        name: &str,
+        make: impl Fn() -> W + Send + Sync + 'static,
+    ) -> DataStream<O> {
         let (assigner, trigger, lateness) = (
             self.assigner,
             self.trigger.clone().unwrap_or_else(|| self.default_trigger()),
@@ -181,15 +208,26 @@ impl<T: Data, K: Data + Hash + Eq + Ord> WindowedStream<T, K> {
                     .into(),
             );
         }
-        let window = Arc::new(WindowOperator {
-            assigner,
-            trigger,
-            allowed_lateness: lateness,
-            f,
-            late: self.late.clone(),
-            _types: PhantomData,
-        });
-        let factory = self.keyed.keyed_process_factory(window, true);
+        let late = self.late.clone();
+        let factory = self.keyed.keyed_process_factory(
+            move |ctx: &crate::operators::OpContext| {
+                let window = WindowOperator {
+                    assigner,
+                    trigger: trigger.clone(),
+                    allowed_lateness: lateness,
+                    f: make(),
+                    late: late.clone(),
+                    _types: PhantomData,
+                };
+                crate::operators::open_shared(
+                    window,
+                    ctx,
+                    <WindowOperator<K, T, O, W> as crate::operators::KeyedProcessFunction<K, T, O>>::open,
+                    <WindowOperator<K, T, O, W> as crate::operators::KeyedProcessFunction<K, T, O>>::close,
+                )
+            },
+            true,
+        );
         let input = self.keyed.hash_input(self.keyed.stream.node);
         let parallelism = if self.all { Par::Fixed(1) } else { Par::Default };
         self.keyed
@@ -239,6 +277,14 @@ where
     F: ProcessWindowFunction<K, T, R>,
     P: ProcessWindowFunction<K, R, O>,
 {
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        crate::operators::window::open_in(&mut self.1, |f| f.open(ctx))
+    }
+
+    fn close(&mut self) -> crate::FunctionResult {
+        crate::operators::window::open_in(&mut self.1, |f| f.close())
+    }
+
     fn process(
         &self,
         key: &K,

@@ -151,6 +151,7 @@ fn sink_context_in(
 ) -> crate::operators::OpContext {
     crate::operators::OpContext {
         job_id: job.into(),
+        operator_name: "Sink".into(),
         subtask,
         parallelism: 1,
         attempt: 0,

@@ -59,6 +59,7 @@ pub fn entry_checksum(user_key: u64, value: u64) -> u64 {
 /// End of input: a timer that fires once the MAX watermark arrives.
 const AT_END: i64 = i64::MAX;
 
+#[derive(Clone)]
 struct MapStateJob {
     keys: u64,
     entries: u64,
@@ -116,6 +117,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for MapStateJob {
 }
 
 /// `--state whole-map`: [`MapStateJob`]'s map in `type State`.
+#[derive(Clone)]
 struct WholeMapJob {
     keys: u64,
     entries: u64,
@@ -155,6 +157,7 @@ impl KeyedProcessFunction<u64, u64, (u64, u64, u64)> for WholeMapJob {
 }
 
 /// `--state window`: the key's elements as one window sees them.
+#[derive(Clone)]
 struct WindowCount;
 
 impl ProcessWindowFunction<u64, u64, (u64, u64, u64)> for WindowCount {
@@ -173,6 +176,7 @@ impl ProcessWindowFunction<u64, u64, (u64, u64, u64)> for WindowCount {
 }
 
 /// `--state whole-list`: [`MapStateJob`]'s list in `type State`.
+#[derive(Clone)]
 struct WholeListJob {
     keys: u64,
 }

@@ -10,7 +10,19 @@ use crate::graph::BuiltJob;
 pub use crate::job_spec::{ArgKind, ArgSpec, JobArgValues, JobSpec};
 use crate::operators::Collector;
 
+pub(crate) mod enrich;
 pub(crate) mod map_state;
+
+/// `--records` of the jobs over generated lines.
+const GENERATED_LINES: ArgSpec = ArgSpec::optional(
+    "records",
+    ArgKind::Count,
+    Some("100000"),
+    "lines to generate; 0: unbounded",
+);
+
+/// `--rate` of the jobs over generated lines.
+const LINE_RATE: ArgSpec = ArgSpec::optional("rate", ArgKind::Rate, None, "lines per second");
 
 const WORDCOUNT: JobSpec = JobSpec {
     description: "Flink's WordCount example: lines `word TAB count`",
@@ -30,13 +42,8 @@ const PIPELINE: JobSpec = JobSpec {
             Some("reduce"),
             "how words are counted",
         ),
-        ArgSpec::optional(
-            "records",
-            ArgKind::Count,
-            Some("100000"),
-            "lines to generate; 0: unbounded",
-        ),
-        ArgSpec::optional("rate", ArgKind::Rate, None, "lines per second"),
+        GENERATED_LINES,
+        LINE_RATE,
         ArgSpec::optional(
             "rate-after",
             ArgKind::Text,
@@ -123,13 +130,14 @@ impl JobRegistry {
     }
 
     /// The jobs that ship with Floe: `wordcount`, `pipeline`, `keyed-state`, `map-state`,
-    /// `nexmark` and `broadcast-rules`.
+    /// `nexmark`, `broadcast-rules` and `enrich`.
     pub fn builtin() -> Self {
         let mut r = Self::new();
         r.register_declared("wordcount", WORDCOUNT, wordcount);
         r.register_declared("pipeline", PIPELINE, pipeline);
         r.register_declared("keyed-state", KEYED_STATE, keyed_state);
         r.register_declared("map-state", map_state::MAP_STATE, map_state::map_state);
+        r.register_declared("enrich", enrich::ENRICH, enrich::enrich);
         r.register_declared("nexmark", crate::nexmark::NEXMARK, crate::nexmark::nexmark_job);
         r.register_declared(
             "broadcast-rules",

@@ -59,6 +59,7 @@ type PersonRow = (String, (String, String));
 /// are kept, as Flink keeps them, for ever or, with `--state-ttl-ms`, as Flink's
 /// `table.exec.state.ttl` does: a side not written for that long is dropped). Person ids are
 /// unique, so a key holds at most one person, and the auctions that came before it.
+#[derive(Clone)]
 struct SellerJoin {
     person: ValueStateDescriptor<PersonRow>,
     waiting: ListStateDescriptor<u64>,
@@ -111,6 +112,7 @@ impl KeyedCoProcessFunction<u64, Person, Auction, (PersonRow, u64)> for SellerJo
 /// q4, first half per auction: the highest bid within the auction's lifetime (`B.dateTime
 /// BETWEEN A.dateTime AND A.expires`), as `(category, (auction, max))` each time it rises.
 /// Bids that come before their auction wait for it.
+#[derive(Clone)]
 struct WinningBids;
 impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, (u64, u64))> for WinningBids {
     /// The auction's `(dateTime, expires, category)`, its highest bid so far, bids before it.
@@ -153,6 +155,7 @@ impl KeyedCoProcessFunction<u64, Auction, Bid, (u64, (u64, u64))> for WinningBid
 
 /// q4, second half per category: `AVG(final)` over its auctions' highest bids (a BIGINT average,
 /// truncated, as Flink's), as a changelog row `(op, (category, avg))` each time it changes.
+#[derive(Clone)]
 struct AveragePrice;
 impl KeyedProcessFunction<u64, (u64, (u64, u64)), (String, (u64, u64))> for AveragePrice {
     /// Each auction's highest bid, their sum, and the average last emitted.
@@ -231,6 +234,7 @@ impl<T: Send + Sync + 'static> AggregateFunction<T> for Count {
 }
 
 /// `(key, count, window start, window end)` of a window's count.
+#[derive(Clone)]
 struct KeyCountWindow;
 impl ProcessWindowFunction<u64, u64, (u64, (u64, (i64, i64)))> for KeyCountWindow {
     fn process(
@@ -247,6 +251,7 @@ impl ProcessWindowFunction<u64, u64, (u64, (u64, (i64, i64)))> for KeyCountWindo
 }
 
 /// q5, first half: `(window end, (auction, count))` per auction and sliding window.
+#[derive(Clone)]
 struct AuctionCount;
 impl ProcessWindowFunction<u64, u64, (i64, (u64, u64))> for AuctionCount {
     fn process(
@@ -264,6 +269,7 @@ impl ProcessWindowFunction<u64, u64, (i64, (u64, u64))> for AuctionCount {
 
 /// q5, second half, per window end: the auctions whose count is the window's largest (`num >=
 /// maxn`), once every count of the window is in (the watermark passed its end).
+#[derive(Clone)]
 struct HottestAuctions;
 impl KeyedProcessFunction<i64, (i64, (u64, u64)), (u64, u64)> for HottestAuctions {
     type State = Vec<(u64, u64)>;
@@ -296,6 +302,7 @@ impl KeyedProcessFunction<i64, (i64, (u64, u64)), (u64, u64)> for HottestAuction
 
 /// q7, first half: per auction and tumbling window, its highest bids (all of them on a tie),
 /// as `(window end, bid)`.
+#[derive(Clone)]
 struct LocalHighest;
 impl ProcessWindowFunction<u64, Bid, (i64, BidRow)> for LocalHighest {
     fn process(&self, _: &u64, ctx: &WindowContext, bids: &[Bid], out: &mut dyn Collector<(i64, BidRow)>) {
@@ -308,6 +315,7 @@ impl ProcessWindowFunction<u64, Bid, (i64, BidRow)> for LocalHighest {
 
 /// q7, second half, per window end: the window's highest bids, as
 /// `(auction, price, bidder, dateTime, extra)` (the suite's SELECT order).
+#[derive(Clone)]
 struct Highest;
 impl KeyedProcessFunction<i64, (i64, BidRow), BidRow> for Highest {
     type State = Vec<BidRow>;

@@ -31,6 +31,7 @@ pub fn rules_reference(events: &[Event]) -> Vec<String> {
     rows
 }
 
+#[derive(Clone)]
 struct ApplyRules;
 
 impl KeyedBroadcastProcessFunction<u64, Bid, (u64, u64), (u64, u64)> for ApplyRules {

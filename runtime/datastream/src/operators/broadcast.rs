@@ -22,9 +22,23 @@ use crate::state::MapState;
 use crate::time::{MIN_WATERMARK, TaskTime, TimeEvent};
 
 /// A function over a stream and a broadcast stream (Flink's `BroadcastProcessFunction`).
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first
+/// element, `close` once when it ends.
 pub trait BroadcastProcessFunction<I, B, O>: Send + Sync + 'static {
     type Key: Data + Ord;
     type Value: Data;
+
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
 
     /// An element of the non-broadcast input; the broadcast state is read-only here.
     fn process_element(
@@ -48,11 +62,25 @@ pub trait BroadcastProcessFunction<I, B, O>: Send + Sync + 'static {
 /// A function over a keyed stream and a broadcast stream (Flink's
 /// `KeyedBroadcastProcessFunction`): keyed state and timers for the keyed input's elements,
 /// the broadcast state for both.
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first
+/// element (after its state is restored), `close` once when it ends.
 pub trait KeyedBroadcastProcessFunction<K, I, B, O>: Send + Sync + 'static {
     /// Per-key state, `Default` for a key seen for the first time.
     type State: Data + Default;
     type Key: Data + Ord;
     type Value: Data;
+
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
 
     fn process_element(
         &self,
@@ -121,6 +149,15 @@ where
 {
     type State = F::State;
 
+    /// The broadcast function's own `open`: this side holds the subtask's only `Arc` of it.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        Arc::get_mut(&mut self.f).map_or(Ok(()), |f| f.open(ctx))
+    }
+
+    fn close(&mut self) -> crate::FunctionResult {
+        Arc::get_mut(&mut self.f).map_or(Ok(()), |f| f.close())
+    }
+
     fn process_element(
         &self,
         value: I,
@@ -142,9 +179,11 @@ where
 
 /// The STREAMING operator of a [`KeyedBroadcastProcessFunction`]: the keyed operator for the
 /// keyed input, the broadcast state for the other.
+///
+/// The function lives in the keyed operator's [`KeyedSide`] (opened and closed there); broadcast
+/// elements reach it through that.
 pub(crate) struct KeyedBroadcastOp<K, I, B: 'static, O, F: KeyedBroadcastProcessFunction<K, I, B, O>> {
     pub inner: KeyedInner<K, I, B, O, F>,
-    pub f: Arc<F>,
     pub broadcast: Shared<F::Key, F::Value>,
 }
 
@@ -185,6 +224,15 @@ where
             KeyedInner::Batch(op) => op.down(),
         }
     }
+
+    /// The function (held by the keyed side).
+    fn function(&self) -> Arc<F> {
+        let side: &SideOf<K, I, B, O, F> = match self {
+            KeyedInner::Streaming(op) => &op.f,
+            KeyedInner::Batch(op) => &op.inner().f,
+        };
+        side.f.clone()
+    }
 }
 
 impl<K, I, B, O, F> Collector<TaggedUnion<I, B>> for KeyedBroadcastOp<K, I, B, O, F>
@@ -199,9 +247,9 @@ where
         match record {
             TaggedUnion::One(i) => self.inner.op().collect(i),
             TaggedUnion::Two(b) => {
+                let f = self.inner.function();
                 let down = self.inner.down();
-                self.f
-                    .process_broadcast_element(b, &mut lock(&self.broadcast), &mut **down)
+                f.process_broadcast_element(b, &mut lock(&self.broadcast), &mut **down)
             }
         }
     }
@@ -235,7 +283,7 @@ where
 
 /// The operator of a [`BroadcastProcessFunction`].
 pub(crate) struct BroadcastOp<I, B, O, F: BroadcastProcessFunction<I, B, O>> {
-    pub f: Arc<F>,
+    pub f: super::Opened<F>,
     pub broadcast: MapState<F::Key, F::Value>,
     pub time: Option<Arc<TaskTime>>,
     pub watermark: i64,
@@ -301,7 +349,10 @@ impl<I: Data, B: Data, O: Data, F: BroadcastProcessFunction<I, B, O>> Op<TaggedU
     fn finish(&mut self) {
         self.release();
         self.side.finish();
-        self.down.finish()
+        self.down.finish();
+        if let Err(e) = self.f.close() {
+            self.failure.get_or_insert(e);
+        }
     }
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.side.drain(flush, out);

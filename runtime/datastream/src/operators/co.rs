@@ -95,9 +95,23 @@ impl<A: Data, B: Data> Data for TaggedUnion<A, B> {
 
 /// A function over two connected keyed streams with shared per-key state and timers (Flink's
 /// `KeyedCoProcessFunction`): the two inputs' elements of one key see the same state.
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first
+/// element (after its state is restored), `close` once when it ends.
 pub trait KeyedCoProcessFunction<K, I1, I2, O>: Send + Sync + 'static {
     /// Per-key state, `Default` for a key seen for the first time.
     type State: Data + Default;
+
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
 
     /// An element of the first input.
     fn process_element1(
@@ -136,6 +150,15 @@ where
     F: KeyedCoProcessFunction<K, I1, I2, O>,
 {
     type State = F::State;
+
+    /// The co-function's own `open`: this adapter's `Arc` is its subtask's alone.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        Arc::get_mut(&mut self.0).map_or(Ok(()), |f| f.open(ctx))
+    }
+
+    fn close(&mut self) -> crate::FunctionResult {
+        Arc::get_mut(&mut self.0).map_or(Ok(()), |f| f.close())
+    }
 
     fn process_element(
         &self,

@@ -100,6 +100,8 @@ pub(crate) fn downcast<T: Data>(op: AnyOp) -> Result<BoxOp<T>> {
 pub(crate) struct OpContext {
     /// See [`crate::TaskContext::job_id`].
     pub job_id: String,
+    /// The name of the operator being built (set per operator): its user metrics' scope.
+    pub operator_name: String,
     pub subtask: u32,
     pub parallelism: u32,
     pub attempt: u64,
@@ -211,6 +213,19 @@ macro_rules! forward_checkpoint {
     };
 }
 
+/// For links that fail on their own (a rich function's error): the snapshot is the rest of the
+/// chain's, the failure this link's first.
+macro_rules! forward_checkpoint_with_failure {
+    () => {
+        fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()> {
+            self.down.snapshot(checkpoint, out)
+        }
+        fn failure(&mut self) -> Option<String> {
+            self.failure.take().or_else(|| self.down.failure())
+        }
+    };
+}
+
 /// For keyed links: their state, then the rest of the chain's.
 macro_rules! keyed_checkpoint {
     () => {
@@ -244,6 +259,7 @@ mod broadcast;
 mod co;
 mod keyed;
 mod process;
+mod rich;
 mod side;
 pub(crate) mod window;
 
@@ -258,6 +274,10 @@ pub(crate) use keyed::{
 };
 pub use process::{KeyedContext, KeyedProcessFunction, ProcessContext, ProcessFunction};
 pub(crate) use process::{KeyedProcessOperator, ProcessOp, SortedKeyedProcess};
+pub(crate) use rich::{Call, Opened, Prototype, RichOp, filter_call, flat_map_call, map_call, open_shared};
+pub use rich::{
+    FunctionError, FunctionResult, RichFilterFunction, RichFlatMapFunction, RichMapFunction, RuntimeContext,
+};
 pub use side::OutputTag;
 pub(crate) use side::{SideOutput, SideOutputs, SideWriter};
 

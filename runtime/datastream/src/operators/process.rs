@@ -6,7 +6,8 @@ use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{BoxOp, Chunk, Collector, KeyFn, Op, OutputTag, SideOutputs};
+use super::rich::Opened;
+use super::{BoxOp, Chunk, Collector, FunctionResult, KeyFn, Op, OutputTag, RuntimeContext, SideOutputs};
 use crate::checkpoint::{ChainSnapshot, Keyed};
 use crate::data::Data;
 use crate::error::Result;
@@ -21,9 +22,23 @@ use crate::types::TaskMetrics;
 
 /// A function over a keyed stream with per-key state and timers (Flink's `KeyedProcessFunction`).
 /// `State` is checkpointed with the job in either state backend; timers are too.
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first element (after its
+/// state is restored), `close` once when it ends (see [`crate::RuntimeContext`]).
 pub trait KeyedProcessFunction<K, I, O>: Send + Sync + 'static {
     /// Per-key state, `Default` for a key seen for the first time.
     type State: Data + Default;
+
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &RuntimeContext) -> FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> FunctionResult {
+        Ok(())
+    }
 
     fn process_element(
         &self,
@@ -205,7 +220,7 @@ impl<'a, K: Data + Hash + Eq, S> KeyedContext<'a, K, S> {
 /// The STREAMING operator of a [`KeyedProcessFunction`].
 pub(crate) struct KeyedProcessOperator<T, K, O, F: KeyedProcessFunction<K, T, O>> {
     pub key: KeyFn<T, K>,
-    pub f: Arc<F>,
+    pub f: Opened<Arc<F>>,
     pub state: Keyed<K, F::State>,
     pub timers: Timers<K>,
     pub time: Arc<TaskTime>,
@@ -234,9 +249,23 @@ where
     O: Data,
     F: KeyedProcessFunction<K, T, O>,
 {
+    /// The operator of a function without `open` (the unit tests' form).
+    #[cfg(test)]
     pub(crate) fn new(
         key: KeyFn<T, K>,
         f: Arc<F>,
+        state: Keyed<K, F::State>,
+        timers: Timers<K>,
+        time: Arc<TaskTime>,
+        down: BoxOp<O>,
+    ) -> Self {
+        Self::opened(key, Opened::plain(f), state, timers, time, down)
+    }
+
+    /// The operator of `f`, opened for its subtask (closed at the end of input or when dropped).
+    pub(crate) fn opened(
+        key: KeyFn<T, K>,
+        f: Opened<Arc<F>>,
         state: Keyed<K, F::State>,
         timers: Timers<K>,
         time: Arc<TaskTime>,
@@ -403,7 +432,10 @@ where
         // behaviour); event time ended with the MAX watermark that came before this, and a
         // window's processing time with it (see `ending_processing_time`).
         self.side.finish();
-        self.down.finish()
+        self.down.finish();
+        if let Err(e) = self.f.close() {
+            self.failure.get_or_insert(e);
+        }
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
@@ -459,6 +491,10 @@ where
     /// The rest of the chain (a broadcast process function emits into it directly).
     pub(crate) fn down(&mut self) -> &mut BoxOp<O> {
         &mut self.inner.down
+    }
+
+    pub(crate) fn inner(&self) -> &KeyedProcessOperator<T, K, O, F> {
+        &self.inner
     }
 
     fn run_sorted(&mut self) {
@@ -537,8 +573,22 @@ where
 
 /// A function over a stream that is not keyed (Flink's `ProcessFunction`): per element, with its
 /// timestamp, the current watermark and side outputs. Timers and state need a keyed stream.
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first element, `close`
+/// once when it ends (see [`crate::RuntimeContext`]).
 pub trait ProcessFunction<I, O>: Send + Sync + 'static {
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &RuntimeContext) -> FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
     fn process_element(&self, value: I, ctx: &mut ProcessContext<'_>, out: &mut dyn Collector<O>);
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> FunctionResult {
+        Ok(())
+    }
 }
 
 /// What a [`ProcessFunction`] sees of an element.
@@ -598,7 +648,7 @@ impl<'a> ProcessContext<'a> {
 
 /// The operator of a [`ProcessFunction`].
 pub(crate) struct ProcessOp<T, O, F> {
-    pub f: Arc<F>,
+    pub f: Opened<F>,
     pub time: Option<Arc<TaskTime>>,
     pub watermark: i64,
     pub side: SideOutputs,
@@ -635,7 +685,10 @@ impl<T: Data, O: Data, F: ProcessFunction<T, O>> Op<T> for ProcessOp<T, O, F> {
 
     fn finish(&mut self) {
         self.side.finish();
-        self.down.finish()
+        self.down.finish();
+        if let Err(e) = self.f.close() {
+            self.failure.get_or_insert(e);
+        }
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {

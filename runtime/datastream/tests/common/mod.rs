@@ -64,6 +64,24 @@ impl InputGate for MemGate {
 
 /// Runs every subtask of the job concurrently; returns the stats of all tasks.
 pub async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> Vec<Vec<PartitionStats>> {
+    run_tasks(job, buffer_size, timeout)
+        .await
+        .into_iter()
+        .map(|t| t.result.expect("task succeeds"))
+        .collect()
+}
+
+/// How one subtask ended, and its counters (with the metrics its functions registered).
+pub struct TaskRun {
+    pub vertex: u32,
+    pub subtask: u32,
+    pub result: Result<Vec<PartitionStats>, String>,
+    pub metrics: Arc<TaskMetrics>,
+}
+
+/// Runs every subtask of the job concurrently, a task that fails (also one that cannot be
+/// created) among them: how each ended.
+pub async fn run_tasks(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) -> Vec<TaskRun> {
     let g = job.job_graph();
     // Per data set, per consumer subtask: a channel.
     let mut senders: Vec<Vec<mpsc::Sender<Sent>>> = Vec::new();
@@ -100,28 +118,37 @@ pub async fn run(job: &BuiltJob, buffer_size: usize, timeout: Option<Duration>) 
                     )) as Box<dyn InputGate>
                 })
                 .collect();
+            let metrics = Arc::new(TaskMetrics::default());
             let ctx = TaskContext {
                 subtask: s,
                 parallelism: v.parallelism,
                 attempt: 0,
                 inputs,
                 outputs,
-                metrics: Arc::new(TaskMetrics::default()),
+                metrics: metrics.clone(),
                 buffer_timeout: timeout,
                 buffer_size,
                 configuration: job.configuration().clone(),
                 ..TaskContext::default()
             };
-            let task = job.create_task(vi as u32, ctx).expect("task");
-            handles.push(tokio::spawn(task.run()));
+            let handle = match job.create_task(vi as u32, ctx) {
+                Ok(task) => tokio::spawn(async move { task.run().await.map_err(|e| e.to_string()) }),
+                Err(e) => tokio::spawn(async move { Err(e.to_string()) }),
+            };
+            handles.push((vi as u32, s, metrics, handle));
         }
     }
     drop(senders);
-    let mut stats = Vec::new();
-    for h in handles {
-        stats.push(h.await.expect("join").expect("task succeeds"));
+    let mut runs = Vec::new();
+    for (vertex, subtask, metrics, h) in handles {
+        runs.push(TaskRun {
+            vertex,
+            subtask,
+            result: h.await.expect("join"),
+            metrics,
+        });
     }
-    stats
+    runs
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {

@@ -32,8 +32,31 @@ pub struct WindowContext {
 }
 
 /// A function over all of a window's elements (Flink's `ProcessWindowFunction`).
+///
+/// Each subtask runs its own copy (the API asks for `Clone`): `open` runs once before its first
+/// element (after its state is restored), `close` once when it ends.
 pub trait ProcessWindowFunction<K, IN, O>: Send + Sync + 'static {
+    /// Once per subtask, before its first element; an error fails the task.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// Once per subtask, when it ends (finished, stopped, cancelled or failed).
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
+
     fn process(&self, key: &K, ctx: &WindowContext, elements: &[IN], out: &mut dyn Collector<O>);
+}
+
+/// Opens the function behind `f`, the subtask's only `Arc` of it (window operators are built per
+/// subtask).
+pub(crate) fn open_in<P: ?Sized>(
+    f: &mut Arc<P>,
+    open: impl FnOnce(&mut P) -> crate::FunctionResult,
+) -> crate::FunctionResult {
+    Arc::get_mut(f).map_or(Ok(()), open)
 }
 
 /// Removes elements from a window before its function is evaluated (Flink's `CountEvictor` and
@@ -86,6 +109,14 @@ impl Evictor {
 /// of the key ([`ContentsFn`]), its accumulator then only naming them.
 pub(crate) trait WindowFn<K, T, O>: Send + Sync + 'static {
     type Acc: Data;
+    /// Opens the user's process function, if it has one.
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
     fn add(
         &self,
         ctx: &mut WindowsContext<'_, K, Self::Acc>,
@@ -115,6 +146,13 @@ pub(crate) trait WindowFn<K, T, O>: Send + Sync + 'static {
 /// What the result of an incremental function goes through: straight out, or a process function.
 pub(crate) trait ResultStage<K, R, O>: Send + Sync + 'static {
     fn emit(&self, key: &K, ctx: &WindowContext, result: R, out: &mut dyn Collector<O>);
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        Ok(())
+    }
 }
 
 /// Results go out as they are.
@@ -137,6 +175,12 @@ where
     fn emit(&self, key: &K, ctx: &WindowContext, result: R, out: &mut dyn Collector<O>) {
         self.0.process(key, ctx, std::slice::from_ref(&result), out)
     }
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        open_in(&mut self.0, |f| f.open(ctx))
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        open_in(&mut self.0, |f| f.close())
+    }
 }
 
 /// `reduce`: the accumulator is the reduced element.
@@ -149,6 +193,12 @@ where
     S: ResultStage<K, T, O>,
 {
     type Acc = T;
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        self.1.open(ctx)
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        self.1.close()
+    }
     fn add(&self, _: &mut WindowsContext<'_, K, T>, acc: Option<T>, _: i64, value: T) -> T {
         match acc {
             Some(acc) => (self.0)(acc, value),
@@ -182,6 +232,12 @@ where
     S: ResultStage<K, A::Out, O>,
 {
     type Acc = A::Acc;
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        self.1.open(ctx)
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        self.1.close()
+    }
     fn add(&self, _: &mut WindowsContext<'_, K, A::Acc>, acc: Option<A::Acc>, _: i64, value: T) -> A::Acc {
         let mut acc = acc.unwrap_or_else(|| self.0.create_accumulator());
         self.0.add(value, &mut acc);
@@ -340,6 +396,13 @@ where
     P: ProcessWindowFunction<K, T, O>,
 {
     type Acc = Contents<T>;
+
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        open_in(&mut self.f, |f| f.open(ctx))
+    }
+    fn close(&mut self) -> crate::FunctionResult {
+        open_in(&mut self.f, |f| f.close())
+    }
 
     fn add(
         &self,

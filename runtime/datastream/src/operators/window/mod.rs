@@ -25,7 +25,7 @@ pub use assigners::{
     EventTimeSessionWindows, GlobalWindows, ProcessingTimeSessionWindows, SlidingEventTimeWindows,
     SlidingProcessingTimeWindows, TumblingEventTimeWindows, TumblingProcessingTimeWindows, WindowAssigner,
 };
-pub(crate) use functions::{AggregateFn, ContentsFn, Direct, ReduceFn, ThenProcess, WindowFn};
+pub(crate) use functions::{AggregateFn, ContentsFn, Direct, ReduceFn, ThenProcess, WindowFn, open_in};
 pub use functions::{
     AggregateFunction, CountEvictor, Evictor, ProcessWindowFunction, TimeEvictor, WindowContext,
 };
@@ -265,6 +265,14 @@ where
     W: WindowFn<K, T, O>,
 {
     type State = Windows<W::Acc>;
+
+    fn open(&mut self, ctx: &crate::RuntimeContext) -> crate::FunctionResult {
+        self.f.open(ctx)
+    }
+
+    fn close(&mut self) -> crate::FunctionResult {
+        self.f.close()
+    }
 
     fn process_element(
         &self,
