@@ -348,3 +348,31 @@ fn jobs_lists_the_registered_jobs_and_their_arguments() {
         "{refused}"
     );
 }
+
+/// Every FlinkJob manifest in `examples/` is one `floe plan` accepts: its job is registered, its
+/// arguments are the job's, its configuration keys are known (a manifest the README points to
+/// that the binary refuses is a broken first step).
+#[test]
+fn every_example_manifest_is_accepted() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut checked = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        if !std::fs::read_to_string(&path).unwrap().contains("kind: FlinkJob") {
+            continue; // a graph file for `floe plan --graph`
+        }
+        let out = floe(&["plan", "-f", path.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+    }
+    assert!(checked.iter().any(|n| n == "enrich.yaml"), "checked {checked:?}");
+    assert!(checked.len() >= 7, "checked {checked:?}");
+}
