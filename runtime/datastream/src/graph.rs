@@ -554,7 +554,9 @@ impl BuiltJob {
         };
         let (mut down, sink, ops_end) = match &tail.kind {
             NodeKind::Sink(factory) => {
-                let (op, io) = factory(&op_ctx, ctx.metrics.clone())?;
+                let mut c = op_ctx.clone();
+                c.operator_name = tail.name.clone();
+                let (op, io) = factory(&c, ctx.metrics.clone())?;
                 (op, Some(io), plan.chain.len() - 1)
             }
             _ => {

@@ -167,7 +167,7 @@ impl<T: Data> DataStream<T> {
             let sink = FileSinkIo::new(url.clone(), ctx);
             Ok((erase::<T>(op), Box::new(sink) as Box<dyn SinkIo>))
         });
-        self.add_sink("Sink: Latency", factory)
+        self.push_sink("Sink: Latency", factory)
     }
 }
 

@@ -67,7 +67,7 @@ pub use operators::window::{
 pub use operators::{
     BroadcastProcessFunction, Collector, FunctionError, FunctionResult, KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction,
-    RichFilterFunction, RichFlatMapFunction, RichMapFunction, RuntimeContext, TaggedUnion,
+    RichFilterFunction, RichFlatMapFunction, RichMapFunction, RichSinkFunction, RuntimeContext, TaggedUnion,
 };
 pub use state::entries::{
     AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MAX_STATE_NAME_BYTES,

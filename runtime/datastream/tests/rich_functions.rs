@@ -14,7 +14,7 @@ use common::{lines, run_tasks, temp_dir, url};
 use floe_datastream::metrics::Metric;
 use floe_datastream::{
     Collector, FunctionResult, JobArgs, JobRegistry, KeyedContext, KeyedProcessFunction, RichMapFunction,
-    RuntimeContext, StreamExecutionEnvironment, TaskMetrics,
+    RichSinkFunction, RuntimeContext, StreamExecutionEnvironment, TaskMetrics,
 };
 
 /// Writes `name` in `dir` once: a second write of the same name (a second `open` or `close` of one
@@ -336,4 +336,76 @@ async fn the_enrich_job_counts_views_per_region_and_its_metrics_count_its_lookup
         })
         .sum();
     assert_eq!(lines_seen, records);
+}
+
+/// Appends what it is given to its subtask's file, at each flush; `open` and `close` leave marks.
+#[derive(Clone)]
+struct FileLines {
+    dir: PathBuf,
+    file: Option<PathBuf>,
+    buffered: String,
+}
+
+impl RichSinkFunction<u64> for FileLines {
+    fn open(&mut self, ctx: &RuntimeContext) -> FunctionResult {
+        let i = ctx.index_of_this_subtask();
+        mark(&self.dir, &format!("sink-opened-{i}"), ctx.operator_name())?;
+        self.file = Some(self.dir.join(format!("lines-{i}")));
+        Ok(())
+    }
+    fn invoke(&mut self, value: u64) -> FunctionResult {
+        self.buffered.push_str(&format!("{value}\n"));
+        Ok(())
+    }
+    fn flush(&mut self) -> FunctionResult {
+        use std::io::Write;
+        let path = self.file.as_ref().ok_or("flush before open")?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        f.write_all(std::mem::take(&mut self.buffered).as_bytes())?;
+        Ok(())
+    }
+    fn close(&mut self) -> FunctionResult {
+        let path = self.file.as_ref().ok_or("close before open")?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        mark(&self.dir, &format!("sink-closed-{name}"), "")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_function_gets_every_record_once_and_each_subtask_opens_and_closes_its_copy() {
+    let dir = temp_dir("rich-sink");
+    let env = StreamExecutionEnvironment::new();
+    env.generate_sequence(1, N)
+        .set_parallelism(3)
+        .map(|n: u64| n * 2)
+        .add_sink(FileLines {
+            dir: dir.clone(),
+            file: None,
+            buffered: String::new(),
+        })
+        .set_parallelism(2);
+    let runs = run_tasks(
+        &env.build().expect("builds"),
+        4096,
+        Some(Duration::from_millis(5)),
+    )
+    .await;
+    for r in &runs {
+        assert!(r.result.is_ok(), "{:?}", r.result);
+    }
+    let mut got = Vec::new();
+    for i in 0..2 {
+        assert_eq!(
+            read(&dir, &format!("sink-opened-{i}")).as_deref(),
+            Some("Sink: Function")
+        );
+        assert!(
+            read(&dir, &format!("sink-closed-lines-{i}")).is_some(),
+            "subtask {i} closed"
+        );
+        let text = read(&dir, &format!("lines-{i}")).unwrap_or_default();
+        got.extend(text.lines().map(|l| l.parse::<u64>().expect("number")));
+    }
+    got.sort_unstable();
+    assert_eq!(got, (1..=N).map(|n| n * 2).collect::<Vec<_>>());
 }

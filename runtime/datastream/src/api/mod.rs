@@ -782,10 +782,10 @@ impl<T: Data> DataStream<T> {
 
     /// A connector's sink ([`crate::connector`]) named `Sink: {name}`.
     pub(crate) fn connector_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
-        self.add_sink(&format!("Sink: {name}"), factory)
+        self.push_sink(&format!("Sink: {name}"), factory)
     }
 
-    pub(crate) fn add_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
+    pub(crate) fn push_sink(&self, name: &str, factory: SinkFactory) -> DataStreamSink {
         let node = push_node(
             &self.shared,
             StreamNode {
@@ -824,7 +824,7 @@ impl<T: Data> DataStream<T> {
             let sink = FileSinkIo::new(url.clone(), ctx);
             Ok((erase::<T>(op), Box::new(sink) as Box<dyn SinkIo>))
         });
-        self.add_sink("Sink: File", factory)
+        self.push_sink("Sink: File", factory)
     }
 
     /// Records to stdout, prefixed `{subtask + 1}> ` when the sink is parallel (as Flink).
@@ -838,7 +838,7 @@ impl<T: Data> DataStream<T> {
             let op: BoxOp<T> = io::sink_op(prefix, 0, metrics);
             Ok((erase::<T>(op), Box::new(PrintIo) as Box<dyn SinkIo>))
         });
-        self.add_sink("Sink: Print to Std. Out", factory)
+        self.push_sink("Sink: Print to Std. Out", factory)
     }
 }
 

@@ -281,4 +281,4 @@ impl<T: Send, S: Source<T>> Source<T> for MultiSource<S> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

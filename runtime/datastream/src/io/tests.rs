@@ -144,7 +144,7 @@ fn sink_context_of(
 }
 
 /// A checkpointing sink's context in job run `job`.
-fn sink_context_in(
+pub(crate) fn sink_context_in(
     job: &str,
     subtask: u32,
     restore: Option<crate::checkpoint::TaskRestore>,

@@ -276,7 +276,8 @@ pub use process::{KeyedContext, KeyedProcessFunction, ProcessContext, ProcessFun
 pub(crate) use process::{KeyedProcessOperator, ProcessOp, SortedKeyedProcess};
 pub(crate) use rich::{Call, Opened, Prototype, RichOp, filter_call, flat_map_call, map_call, open_shared};
 pub use rich::{
-    FunctionError, FunctionResult, RichFilterFunction, RichFlatMapFunction, RichMapFunction, RuntimeContext,
+    FunctionError, FunctionResult, RichFilterFunction, RichFlatMapFunction, RichMapFunction,
+    RichSinkFunction, RuntimeContext,
 };
 pub use side::OutputTag;
 pub(crate) use side::{SideOutput, SideOutputs, SideWriter};

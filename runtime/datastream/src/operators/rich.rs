@@ -139,6 +139,27 @@ pub trait RichFilterFunction<T>: Clone + Send + 'static {
     }
 }
 
+/// A sink with a lifecycle (Flink's `RichSinkFunction`): records leave the job through `invoke`.
+/// At-least-once: `flush` runs at every checkpoint barrier (Flink's `snapshotState` of a sink
+/// that buffers) and before `close`, so a checkpoint completes only after everything before its
+/// barrier was flushed; a restore replays what came after. A sink whose writes are idempotent
+/// (an upsert by key) is exactly-once in effect.
+pub trait RichSinkFunction<T>: Clone + Send + 'static {
+    fn open(&mut self, ctx: &RuntimeContext) -> FunctionResult {
+        let _ = ctx;
+        Ok(())
+    }
+    /// One record; an error fails the task (its restart strategy applies).
+    fn invoke(&mut self, value: T) -> FunctionResult;
+    /// Makes what `invoke` buffered durable: at each checkpoint barrier and at the end of input.
+    fn flush(&mut self) -> FunctionResult {
+        Ok(())
+    }
+    fn close(&mut self) -> FunctionResult {
+        Ok(())
+    }
+}
+
 /// The function a factory copies for each subtask: kept behind a lock so that the factory (shared
 /// by the task threads of a process) needs the function to be `Send` only.
 pub(crate) struct Prototype<F>(Mutex<F>);
