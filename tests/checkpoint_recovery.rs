@@ -36,12 +36,6 @@ const RECORDS: u64 = 30_000;
 /// Lines per second: the job runs about 6 s, so several checkpoints complete before it ends.
 const RATE: u64 = 5_000;
 
-fn get(cluster: &LocalCluster, path: &str) -> Value {
-    let (status, body) = http("GET", &cluster.rest_address, path);
-    assert_eq!(status, 200, "{path}: {body}");
-    body
-}
-
 /// Every line a fault-free run of `records` lines commits: for each word, its running counts 1..=total.
 fn expected_lines(records: u64) -> Vec<(String, u64)> {
     let mut lines: Vec<(String, u64)> = pipeline_reference(SEED, records)
@@ -160,13 +154,10 @@ fn recover(
         "{}",
         serde_json::to_string_pretty(&end).unwrap()
     );
-    let restarted = end["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|v| v["subtasks"].as_array().unwrap().iter())
-        .any(|s| s["attempt"].as_u64().unwrap_or(0) > 0);
-    assert!(restarted, "the job recovered without new attempts? {end}");
+    assert!(
+        any_restarted(&end),
+        "the job recovered without new attempts? {end}"
+    );
 
     let mut got = output_lines(&out);
     got.sort();
@@ -288,13 +279,10 @@ fn windows_survive_a_kill(backend: &str, query: &str) -> Result<(), Failed> {
         "{}",
         serde_json::to_string_pretty(&end).unwrap()
     );
-    let restarted = end["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|v| v["subtasks"].as_array().unwrap().iter())
-        .any(|s| s["attempt"].as_u64().unwrap_or(0) > 0);
-    assert!(restarted, "the job recovered without new attempts? {end}");
+    assert!(
+        any_restarted(&end),
+        "the job recovered without new attempts? {end}"
+    );
     let config = floe_datastream::nexmark::NexmarkConfig::default();
     let events = floe_datastream::nexmark::events(&config, NEXMARK_EVENTS);
     let expected = floe_datastream::nexmark::reference(query, &events).unwrap();
@@ -529,14 +517,6 @@ fn reduce_taskmanager(job: &Value) -> String {
         .to_string()
 }
 
-/// The job's details once it ended.
-fn ended_job(cluster: &LocalCluster, id: &str, timeout: Duration) -> Value {
-    wait_for("the job to end", timeout, || {
-        let j = get(cluster, &format!("/jobs/{id}"));
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
-    })
-}
-
 /// The committed output equals the fault-free output of `records` lines, every part covered by
 /// the job's last checkpoint; the number of lines.
 fn exactly_the_fault_free_output(
@@ -603,7 +583,7 @@ fn three_kills_spaced_over_the_run() -> Result<(), Failed> {
         killed.push(victim);
         completed_before = completed;
     }
-    let end = ended_job(&cluster, &id, Duration::from_secs(180));
+    let end = ended(&cluster, &id, Duration::from_secs(180));
     assert_eq!(
         end["state"],
         "FINISHED",
@@ -655,7 +635,7 @@ fn sigterm_costs_one_restart() -> Result<(), Failed> {
         .status()
         .unwrap();
     assert!(terminated.success());
-    let end = ended_job(&cluster, &id, Duration::from_secs(120));
+    let end = ended(&cluster, &id, Duration::from_secs(120));
     let exceptions = get(&cluster, &format!("/jobs/{id}/exceptions"));
     assert_eq!(
         end["state"],
@@ -720,7 +700,7 @@ fn map_state_matches_the_reference(backend: &str, state: &str) -> Result<(), Fai
     .map(String::from)
     .to_vec();
     let id = submit_job(&cluster.rpc_address, "map-state", args, conf);
-    let end = ended_job(&cluster, &id, Duration::from_secs(180));
+    let end = ended(&cluster, &id, Duration::from_secs(180));
     assert_eq!(end["state"], "FINISHED", "{end}");
     let completed = get(&cluster, &format!("/jobs/{id}/checkpoints"))["counts"]["completed"]
         .as_u64()

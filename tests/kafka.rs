@@ -46,39 +46,6 @@ use floe::local_cluster::LocalCluster;
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::Value;
 
-fn streaming_conf(dir: &Path, restart_attempts: Option<u32>) -> BTreeMap<String, String> {
-    let mut conf: BTreeMap<String, String> = [
-        ("execution.runtime-mode", "STREAMING"),
-        ("parallelism.default", "2"),
-        ("execution.checkpointing.interval", "1 s"),
-        ("restart-strategy.fixed-delay.delay", "200 ms"),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .into();
-    conf.insert(
-        "floe.job-storage.url".into(),
-        format!("file://{}", dir.join("storage").display()),
-    );
-    if let Some(n) = restart_attempts {
-        conf.insert("restart-strategy.type".into(), "fixed-delay".into());
-        conf.insert("restart-strategy.fixed-delay.attempts".into(), n.to_string());
-    }
-    conf
-}
-
-fn get(cluster: &LocalCluster, path: &str) -> Value {
-    let (status, body) = http("GET", &cluster.rest_address, path);
-    assert_eq!(status, 200, "{path}: {body}");
-    body
-}
-
-fn ended(cluster: &LocalCluster, id: &str, timeout: Duration) -> Value {
-    wait_for("the job to end", timeout, || {
-        let j = get(cluster, &format!("/jobs/{id}"));
-        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
-    })
-}
-
 /// Seeded lines of words (the WordCount generator's), keyed by line number.
 fn lines(n: u64, seed: u64) -> Vec<(Option<String>, String)> {
     let (cdf, words) = floe_datastream::generator_vocabulary();

@@ -417,8 +417,63 @@ pub fn user_job_binary() -> &'static PathBuf {
     })
 }
 
+/// A STREAMING job's configuration: parallelism 2, a checkpoint every second, job storage in
+/// `dir/storage`; `restart_attempts`: a fixed-delay strategy with that many attempts.
+pub fn streaming_conf(
+    dir: &Path,
+    restart_attempts: Option<u32>,
+) -> std::collections::BTreeMap<String, String> {
+    let mut conf: std::collections::BTreeMap<String, String> = [
+        ("execution.runtime-mode", "STREAMING"),
+        ("parallelism.default", "2"),
+        ("execution.checkpointing.interval", "1 s"),
+        ("restart-strategy.fixed-delay.delay", "200 ms"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into();
+    conf.insert(
+        "floe.job-storage.url".into(),
+        format!("file://{}", dir.join("storage").display()),
+    );
+    if let Some(n) = restart_attempts {
+        conf.insert("restart-strategy.type".into(), "fixed-delay".into());
+        conf.insert("restart-strategy.fixed-delay.attempts".into(), n.to_string());
+    }
+    conf
+}
+
+/// `GET path` of the cluster's REST API, which must answer 200.
+pub fn get(cluster: &floe::local_cluster::LocalCluster, path: &str) -> serde_json::Value {
+    let (status, body) = http("GET", &cluster.rest_address, path);
+    assert_eq!(status, 200, "{path}: {body}");
+    body
+}
+
+/// The job once it ended (FINISHED, FAILED or CANCELED).
+pub fn ended(
+    cluster: &floe::local_cluster::LocalCluster,
+    id: &str,
+    timeout: std::time::Duration,
+) -> serde_json::Value {
+    wait_for("the job to end", timeout, || {
+        let j = get(cluster, &format!("/jobs/{id}"));
+        matches!(j["state"].as_str(), Some("FINISHED" | "FAILED" | "CANCELED")).then_some(j)
+    })
+}
+
+/// A subtask of the ended job ran again (an attempt after the first).
+pub fn any_restarted(job: &serde_json::Value) -> bool {
+    job["vertices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|v| v["subtasks"].as_array().into_iter().flatten())
+        .any(|s| s["attempt"].as_u64().unwrap_or(0) > 0)
+}
+
 pub mod build_stage;
 pub mod images;
 pub mod kafka;
 pub mod netns;
+pub mod postgres;
 pub mod processes;

@@ -25,11 +25,12 @@ pub use floe_datastream as datastream;
 pub use floe_datastream::{JobRegistry, JobSpec};
 
 /// The jobs that ship with Floe: the DataStream built-ins (`wordcount`, `pipeline`, `nexmark`, ...)
-/// and the Kafka jobs (`kafka-to-files`, `files-to-kafka`, `kafka-wordcount`,
-/// `kafka-keyed-count`). A user's binary adds its own to these (or starts from an empty registry).
+/// the Kafka jobs (`kafka-to-files`, `files-to-kafka`, `kafka-wordcount`, `kafka-keyed-count`)
+/// and `words-to-postgres`. A user's binary adds its own to these (or starts from an empty registry).
 pub fn jobs() -> JobRegistry {
     let mut registry = JobRegistry::builtin();
     floe_connector_kafka::register(&mut registry);
+    floe_connector_postgres::register(&mut registry);
     registry
 }
 
