@@ -350,9 +350,7 @@ impl<I: Data, B: Data, O: Data, F: BroadcastProcessFunction<I, B, O>> Op<TaggedU
         self.release();
         self.side.finish();
         self.down.finish();
-        if let Err(e) = self.f.close() {
-            self.failure.get_or_insert(e);
-        }
+        self.f.close_into(&mut self.failure);
     }
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.side.drain(flush, out);

@@ -433,9 +433,7 @@ where
         // window's processing time with it (see `ending_processing_time`).
         self.side.finish();
         self.down.finish();
-        if let Err(e) = self.f.close() {
-            self.failure.get_or_insert(e);
-        }
+        self.f.close_into(&mut self.failure);
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
@@ -686,9 +684,7 @@ impl<T: Data, O: Data, F: ProcessFunction<T, O>> Op<T> for ProcessOp<T, O, F> {
     fn finish(&mut self) {
         self.side.finish();
         self.down.finish();
-        if let Err(e) = self.f.close() {
-            self.failure.get_or_insert(e);
-        }
+        self.f.close_into(&mut self.failure);
     }
 
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {

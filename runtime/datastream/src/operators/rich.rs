@@ -228,6 +228,14 @@ impl<F> Opened<F> {
         }
     }
 
+    /// [`Self::close`] at an operator's end: its error becomes the operator's failure unless
+    /// one was recorded first.
+    pub(crate) fn close_into(&mut self, failure: &mut Option<String>) {
+        if let Err(e) = self.close() {
+            failure.get_or_insert(e);
+        }
+    }
+
     /// The message of a per-record call's error.
     pub(crate) fn failed(&self, call: &str, e: FunctionError) -> String {
         format!("{}: {call} failed: {e}", self.operator)
@@ -332,9 +340,7 @@ impl<I: Data, O: Data, F: Send + 'static> Op<I> for RichOp<I, O, F> {
     forward_time!();
     fn finish(&mut self) {
         self.down.finish();
-        if let Err(e) = self.f.close() {
-            self.failure.get_or_insert(e);
-        }
+        self.f.close_into(&mut self.failure);
     }
     fn drain(&mut self, flush: bool, out: &mut Vec<Chunk>) {
         self.down.drain(flush, out)
