@@ -73,6 +73,10 @@ pub struct TaskSnapshot {
     /// copy restores any subtask (opaque to the coordinator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast: Option<String>,
+    /// An async operator's records whose results were not emitted at the barrier (opaque to the
+    /// coordinator): issued again after a restore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<String>,
     /// The schema each keyed state was written with (state name to the value type's schema, as
     /// JSON): a restore into a changed type migrates or refuses by it. Opaque to the coordinator.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -5,8 +5,9 @@
 //! own tomorrow), operator uids do not.
 //!
 //! A task's snapshot has two owners at most. Its chain's head owns the keyed state, the source
-//! position and the broadcast state (a keyed or two-input operator always heads its chain, and
-//! a source has no input); the sink that ends the chain owns the committer state.
+//! position, the broadcast state and an async operator's records in flight (a keyed, two-input
+//! or async operator always heads its chain, and a source has no input); the sink that ends the
+//! chain owns the committer state.
 
 use std::collections::BTreeMap;
 
@@ -27,7 +28,7 @@ pub struct StateOwners {
 /// A part of a task's snapshot, by the operator that owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StatePart {
-    /// Keyed state, source position and broadcast state: the chain head's.
+    /// Keyed state, source position, broadcast state, records in flight: the chain head's.
     Head,
     /// The sink's committer state.
     Sink,
@@ -40,7 +41,10 @@ impl StatePart {
     pub fn held_by(self, snapshot: &TaskSnapshot) -> bool {
         match self {
             StatePart::Head => {
-                !snapshot.files.is_empty() || snapshot.position.is_some() || snapshot.broadcast.is_some()
+                !snapshot.files.is_empty()
+                    || snapshot.position.is_some()
+                    || snapshot.broadcast.is_some()
+                    || snapshot.in_flight.is_some()
             }
             StatePart::Sink => snapshot.sink.is_some(),
         }
@@ -54,6 +58,7 @@ impl StatePart {
                 snapshot.schemas.clear();
                 snapshot.position = None;
                 snapshot.broadcast = None;
+                snapshot.in_flight = None;
             }
             StatePart::Sink => snapshot.sink = None,
         }

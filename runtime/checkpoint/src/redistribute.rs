@@ -24,6 +24,11 @@ pub struct SubtaskRestore {
     /// `subtask mod old parallelism`'s copy (as Flink redistributes broadcast state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast: Option<String>,
+    /// An async operator's records in flight to issue again: its own at an unchanged
+    /// parallelism; after a rescale those of the old subtasks `i` with `i mod parallelism ==
+    /// subtask` (list state, as sinks' committer states).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<String>,
     /// Where `keyed`'s files are when not in the job storage: a savepoint's directory (URL).
     /// Such files are never the new job's own: its first checkpoint copies what it keeps
     /// (Flink's `NO_CLAIM` restore mode), so the savepoint stays whole.
@@ -50,6 +55,7 @@ pub fn redistribute(
             positions: own.position.as_deref().map(&positions).unwrap_or_default(),
             sinks: own.sink.iter().cloned().collect(),
             broadcast: own.broadcast.clone(),
+            in_flight: own.in_flight.iter().cloned().collect(),
             storage: None,
         };
     }
@@ -71,12 +77,15 @@ pub fn redistribute(
         .filter(|(j, _)| *j as u32 % parallelism == subtask)
         .map(|(_, p)| p)
         .collect();
-    let sinks = old
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i as u32 % parallelism == subtask)
-        .filter_map(|(_, s)| s.sink.clone())
-        .collect();
+    let dealt = |part: fn(&TaskSnapshot) -> &Option<String>| -> Vec<String> {
+        old.iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u32 % parallelism == subtask)
+            .filter_map(|(_, s)| part(s).clone())
+            .collect()
+    };
+    let sinks = dealt(|s| &s.sink);
+    let in_flight = dealt(|s| &s.in_flight);
     let broadcast = old
         .get((subtask % old_parallelism.max(1)) as usize)
         .and_then(|s| s.broadcast.clone());
@@ -85,6 +94,7 @@ pub fn redistribute(
         positions,
         sinks,
         broadcast,
+        in_flight,
         storage: None,
     }
 }
@@ -104,6 +114,7 @@ mod tests {
             position: Some(format!("split-{i}")),
             sink: Some(format!("sink-{i}")),
             broadcast: Some("rules".into()),
+            in_flight: Some(format!("records-{i}")),
             ..Default::default()
         }
     }
@@ -138,11 +149,12 @@ mod tests {
             assert_eq!(r.keyed, vec![old[k as usize].clone()]);
             assert_eq!(r.positions, vec![format!("split-{k}")]);
             assert_eq!(r.sinks, vec![format!("sink-{k}")]);
+            assert_eq!(r.in_flight, vec![format!("records-{k}")]);
         }
     }
 
     #[test]
-    fn every_key_group_split_and_sink_lands_exactly_once_in_any_parallelism() {
+    fn every_key_group_split_sink_and_record_in_flight_lands_exactly_once_in_any_parallelism() {
         let old: Vec<TaskSnapshot> = (0..4).map(snapshot).collect();
         let refs: Vec<&TaskSnapshot> = old.iter().collect();
         for p in [1u32, 2, 3, 5, 8] {
@@ -166,6 +178,14 @@ mod tests {
             assert_eq!(
                 sinks,
                 (0..4).map(|i| format!("sink-{i}")).collect::<Vec<_>>(),
+                "p={p}"
+            );
+            // An async operator's records in flight: each old subtask's to exactly one new one.
+            let mut in_flight: Vec<String> = all.iter().flat_map(|r| r.in_flight.clone()).collect();
+            in_flight.sort();
+            assert_eq!(
+                in_flight,
+                (0..4).map(|i| format!("records-{i}")).collect::<Vec<_>>(),
                 "p={p}"
             );
         }

@@ -205,6 +205,7 @@ mod tests {
             position: Some("line 7".into()),
             sink: None,
             broadcast: None,
+            in_flight: None,
             schemas: BTreeMap::new(),
         };
         CompletedCheckpoint {

@@ -252,6 +252,7 @@ mod tests {
                     position: Some(format!("line {id}")),
                     sink: None,
                     broadcast: None,
+                    in_flight: None,
                     schemas: BTreeMap::new(),
                 },
             )]),

@@ -151,6 +151,9 @@ pub struct ChainSnapshot {
     pub sink: Option<String>,
     /// A broadcast process function's broadcast state (hex of its encoding).
     pub broadcast: Option<String>,
+    /// An async operator's records whose results were not emitted yet (hex of their encoding):
+    /// issued again after a restore.
+    pub in_flight: Option<String>,
 }
 
 impl std::fmt::Debug for ChainSnapshot {
@@ -161,6 +164,7 @@ impl std::fmt::Debug for ChainSnapshot {
             .field("source", &self.source)
             .field("sink", &self.sink)
             .field("broadcast", &self.broadcast.is_some())
+            .field("in_flight", &self.in_flight.is_some())
             .finish()
     }
 }
@@ -177,9 +181,38 @@ pub struct TaskRestore {
     pub sinks: Vec<String>,
     /// A broadcast process function's broadcast state, as a snapshot of any old subtask held it.
     pub broadcast: Option<String>,
+    /// An async operator's records in flight that this subtask issues again (its own, or after a
+    /// rescale those of the old subtasks given to it).
+    pub in_flight: Vec<String>,
     /// The schema each keyed state was written with, from the keyed snapshots restored
     /// ([`crate::state::evolution`]).
     pub schemas: std::collections::BTreeMap<String, String>,
+}
+
+/// Bytes as lowercase hex: how operator state too small for files of its own (broadcast state, an
+/// async operator's records in flight) travels inline in a checkpoint's metadata.
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// The bytes of [`hex_encode`]'s text.
+pub(crate) fn hex_decode(hex: &str) -> std::result::Result<Vec<u8>, String> {
+    if !hex.len().is_multiple_of(2) {
+        return Err("not hex: odd length".into());
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("not hex at {i}"))
+        })
+        .collect()
 }
 
 /// The positions a source snapshot holds: a subtask that read several splits (after a rescale)

@@ -111,6 +111,19 @@ impl Error {
 
     /// The input partition this task could not read, when that is why it failed: failover must
     /// produce it again.
+    /// The task failed because a producer it read from stopped (its input's failure, not its
+    /// own): the producer's failure is the cause.
+    pub fn is_input_failure(&self) -> bool {
+        fn producer_failed(e: &floe_shuffle::Error) -> bool {
+            match e {
+                floe_shuffle::Error::ProducerFailed(_) | floe_shuffle::Error::GateFailed(_) => true,
+                floe_shuffle::Error::PartitionUnavailable { source, .. } => producer_failed(source),
+                _ => false,
+            }
+        }
+        matches!(self, Error::Shuffle(e) if producer_failed(e))
+    }
+
     pub fn unavailable_partition(&self) -> Option<&floe_shuffle::ResultPartitionId> {
         match self {
             Error::Shuffle(e) => e.unavailable_partition(),

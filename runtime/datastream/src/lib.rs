@@ -36,7 +36,7 @@ mod types;
 mod writer;
 
 pub use api::{
-    BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
+    AsyncDataStream, BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
     ConnectedStreams, DEFAULT_BUFFER_SIZE, DEFAULT_BUFFER_TIMEOUT, DataStream, DataStreamSink,
     IntervalJoined, JoinedStreams, KeyedBroadcastConnectedStream, KeyedConnectedStreams, KeyedStream,
     RuntimeMode, StreamExecutionEnvironment, WindowedStream, parse_memory_size,
@@ -65,9 +65,10 @@ pub use operators::window::{
     WindowTrigger,
 };
 pub use operators::{
-    BroadcastProcessFunction, Collector, FunctionError, FunctionResult, KeyedBroadcastProcessFunction,
-    KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, OutputTag, ProcessContext, ProcessFunction,
-    RichFilterFunction, RichFlatMapFunction, RichMapFunction, RichSinkFunction, RuntimeContext, TaggedUnion,
+    AsyncFunction, AsyncRetryStrategy, BroadcastProcessFunction, Collector, FunctionError, FunctionResult,
+    KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedContext, KeyedProcessFunction, OutputTag,
+    ProcessContext, ProcessFunction, RichFilterFunction, RichFlatMapFunction, RichMapFunction,
+    RichSinkFunction, RuntimeContext, TaggedUnion,
 };
 pub use state::entries::{
     AggregatingHandle, AggregatingStateDescriptor, ListHandle, ListStateDescriptor, MAX_STATE_NAME_BYTES,

@@ -63,7 +63,8 @@ pub struct OperatorView {
     pub uid: String,
     /// Whether the job set the uid (`uid()`); otherwise it is derived from the graph.
     pub uid_set: bool,
-    /// What state it keeps in checkpoints: `keyed`, `source`, `sink`, `broadcast`; empty for none.
+    /// What state it keeps in checkpoints: `keyed`, `source`, `sink`, `broadcast`,
+    /// `in-flight` (an async operator's records); empty for none.
     pub state: Vec<&'static str>,
 }
 
@@ -89,6 +90,9 @@ pub(crate) fn operator_views(
             }
             if k == 0 && node.id == "broadcast-process" {
                 state.push("broadcast");
+            }
+            if k == 0 && node.id == "async-wait" {
+                state.push("in-flight");
             }
             views.push(OperatorView {
                 vertex: vertex.clone(),

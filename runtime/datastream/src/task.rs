@@ -169,6 +169,19 @@ pub(crate) trait Head: Send {
     /// The chain's snapshot (and a source's position) at a barrier, between batches.
     fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
     fn failure(&mut self) -> Option<String>;
+    /// An async operator heading the chain: see [`crate::operators::Op::poll_async`].
+    fn poll_async(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let _ = cx;
+        std::task::Poll::Pending
+    }
+    /// See [`crate::operators::Op::async_blocked`].
+    fn async_blocked(&self) -> bool {
+        false
+    }
+    /// See [`crate::operators::Op::async_busy`].
+    fn async_busy(&self) -> bool {
+        false
+    }
     /// Checkpoint `checkpoint` completed: a source acts on what it snapshotted for it (and for
     /// earlier ones), e.g. commits its offsets.
     async fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<()> {
@@ -324,6 +337,18 @@ impl<T: Data> Head for InputHead<T> {
 
     fn failure(&mut self) -> Option<String> {
         self.chain.failure()
+    }
+
+    fn poll_async(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.chain.poll_async(cx)
+    }
+
+    fn async_blocked(&self) -> bool {
+        self.chain.async_blocked()
+    }
+
+    fn async_busy(&self) -> bool {
+        self.chain.async_busy()
     }
 }
 
@@ -520,6 +545,7 @@ impl Running {
             source: None,
             sink: None,
             broadcast: None,
+            in_flight: None,
         };
         self.head.snapshot(id, &mut snapshot)?;
         if let Some(sink) = self.sink.as_mut() {
@@ -687,11 +713,21 @@ impl Task {
             Some(mut gate) => loop {
                 let item = {
                     // Waiting for input is idle time (a timer tick's flush inside it counts too).
+                    // The same `next` future is polled across timer ticks, control messages and
+                    // async results, so a gate whose `next` is not cancel-safe loses nothing. An
+                    // async operator at its capacity holds the input back: `next` is not polled
+                    // until it has room (only an operator's input makes it full).
                     let next = metrics.waiting(Wait::Input, gate.next());
                     tokio::pin!(next);
-                    // The same `next` future is polled across timer ticks and control messages, so
-                    // a gate whose `next` is not cancel-safe loses nothing.
                     loop {
+                        let blocked = task.head.async_blocked();
+                        let input = async {
+                            if blocked {
+                                std::future::pending().await
+                            } else {
+                                (&mut next).await
+                            }
+                        };
                         let tick = async move {
                             match flush_interval {
                                 Some(interval) => tokio::time::sleep_until(last_flush + interval).await,
@@ -706,7 +742,14 @@ impl Task {
                         };
                         tokio::select! {
                             biased;
-                            r = &mut next => break r?,
+                            () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => {
+                                let flush = due(last_flush);
+                                task.flush(flush).await?;
+                                if flush {
+                                    last_flush = Instant::now();
+                                }
+                            }
+                            r = input => break r?,
                             control = task.checkpoints.recv() => task.control(control, false).await?,
                             _ = tick => {
                                 task.flush(true).await?;
@@ -762,6 +805,14 @@ impl Task {
         if !stopped && !finished {
             task.head.finish();
             task.flush(true).await?;
+            // An async operator finishes the rest of its chain once its last request completed.
+            while task.head.async_busy() {
+                tokio::select! {
+                    biased;
+                    () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => task.flush(true).await?,
+                    control = task.checkpoints.recv() => task.control(control, is_source).await?,
+                }
+            }
         }
         if is_source {
             task.final_checkpoint(stopped_at).await?;

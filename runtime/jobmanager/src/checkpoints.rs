@@ -257,6 +257,7 @@ impl JobCheckpoints {
                 keyed: head.keyed,
                 positions: head.positions,
                 broadcast: head.broadcast,
+                in_flight: head.in_flight,
                 sinks: sink.sinks,
                 storage: self.restored_savepoint.clone(),
             },

@@ -434,7 +434,7 @@ pub async fn resume(
             );
         }
         if let Some(s) = &j.status {
-            known.insert(j.id.clone(), s.clone());
+            known.insert(j.id.clone(), logged_as(s, j.failure.as_deref()));
         }
     }
     let has_current = logged.iter().any(is_current);
@@ -602,11 +602,17 @@ pub async fn record_status_changes(jm: JobManager) -> Error {
     }
 }
 
+/// How a job's logged status is remembered: its status and failure (a failing job's cause can
+/// change once, when the failure it was failed for only followed its input's).
+pub(crate) fn logged_as(status: &str, failure: Option<&str>) -> String {
+    format!("{status}\n{}", failure.unwrap_or_default())
+}
+
 /// The status changes not logged yet, as events.
 pub(crate) fn status_events(jm: &JobManager, logged: &BTreeMap<String, String>) -> Vec<Event> {
     jm.job_statuses()
         .into_iter()
-        .filter(|s| logged.get(&s.job_id).map(String::as_str) != Some(s.status.name()))
+        .filter(|s| logged.get(&s.job_id) != Some(&logged_as(s.status.name(), s.failure.as_deref())))
         .map(|s| Event::JobStatusChanged {
             job_id: s.job_id,
             status: s.status.name().to_string(),

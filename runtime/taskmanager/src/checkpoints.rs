@@ -41,6 +41,7 @@ impl TaskManager {
                         task_snapshot.position = snapshot.source;
                         task_snapshot.sink = snapshot.sink;
                         task_snapshot.broadcast = snapshot.broadcast;
+                        task_snapshot.in_flight = snapshot.in_flight;
                         jobmanager
                             .acknowledge_checkpoint(pb::AcknowledgeCheckpointRequest {
                                 id: Some(id.clone()),

@@ -29,6 +29,8 @@ struct Failure {
     unavailable: Option<floe_shuffle::ResultPartitionId>,
     /// No restart can fix it: the job fails at once.
     non_recoverable: bool,
+    /// A producer it read from stopped: that producer's failure is the cause.
+    input_failed: bool,
 }
 
 /// The job storage checkpoints go to; checkpointing without one is a configuration error.
@@ -248,6 +250,7 @@ impl TaskManager {
                 sources: r.positions.clone(),
                 sinks: r.sinks.clone(),
                 broadcast: r.broadcast.clone(),
+                in_flight: r.in_flight.clone(),
                 schemas: r.keyed.iter().flat_map(|s| s.schemas.clone()).collect(),
             }),
             keyed_state: None,
@@ -298,12 +301,14 @@ impl TaskManager {
                         message: e.to_string(),
                         unavailable: e.unavailable_partition().cloned(),
                         non_recoverable: e.is_non_recoverable(),
+                        input_failed: e.is_input_failure(),
                     })
                 }
                 Err((message, non_recoverable)) => Err(Failure {
                     message,
                     unavailable: None,
                     non_recoverable,
+                    input_failed: false,
                 }),
             };
             let _ = std::fs::remove_dir_all(&state_dir);
@@ -337,6 +342,7 @@ impl TaskManager {
                     );
                     report.unavailable_partitions = failure.unavailable.into_iter().map(Into::into).collect();
                     report.non_recoverable = failure.non_recoverable;
+                    report.input_failed = failure.input_failed;
                     report
                 }
             };

@@ -91,6 +91,7 @@ impl TaskManager {
             metrics: metrics.map(|m| task_metrics(id, m)),
             unavailable_partitions: Vec::new(),
             non_recoverable: false,
+            input_failed: false,
         }
     }
 

@@ -23,6 +23,7 @@ use crate::pace::{Pacer, Stride};
 use crate::task::{Head, SourceHead, StreamType, TypeOf};
 use crate::time::{TimestampsAndWatermarks, WatermarkStrategy};
 
+mod async_io;
 mod connected;
 mod files;
 mod keyed;
@@ -31,6 +32,7 @@ mod window;
 
 pub use crate::types::RuntimeMode;
 use crate::types::TaskMetrics;
+pub use async_io::AsyncDataStream;
 pub use connected::{
     BroadcastConnectedStream, CoGroupKeyed, CoGroupWhere, CoGroupWindowed, CoGroupedStreams,
     ConnectedStreams, IntervalJoined, JoinedStreams, KeyedBroadcastConnectedStream, KeyedConnectedStreams,

@@ -121,18 +121,15 @@ pub(crate) fn restore_broadcast<K: Data + Ord, V: Data>(restored: Option<&str>) 
     let Some(hex) = restored else {
         return Ok(MapState::default());
     };
-    let bytes = (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2).unwrap_or("zz"), 16))
-        .collect::<std::result::Result<Vec<u8>, _>>()
-        .map_err(|_| Error::Decode("broadcast state: not hex".into()))?;
+    let bytes =
+        crate::checkpoint::hex_decode(hex).map_err(|e| Error::Decode(format!("broadcast state: {e}")))?;
     MapState::decode(&mut &bytes[..])
 }
 
 fn snapshot_broadcast<K: Data + Ord, V: Data>(state: &MapState<K, V>) -> String {
     let mut bytes = Vec::new();
     state.encode(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::checkpoint::hex_encode(&bytes)
 }
 
 /// The keyed side of a [`KeyedBroadcastProcessFunction`] as a keyed process function.

@@ -607,6 +607,7 @@ mod tests {
                 source: None,
                 sink: None,
                 broadcast: None,
+                in_flight: None,
             };
             let held = grouper
                 .snapshot(1, &mut snapshot)

@@ -75,6 +75,24 @@ pub(crate) trait Op<T>: Collector<T> {
     fn snapshot(&mut self, checkpoint: u64, out: &mut ChainSnapshot) -> Result<()>;
     /// The first failure an operator could not return from `collect` (a state backend's), if any.
     fn failure(&mut self) -> Option<String>;
+
+    /// An async operator (which heads its chain, so only a chain's first link is asked): polls its
+    /// requests, and emits the results that may go; `Ready` when anything changed (the task then
+    /// hands on what was emitted), `Pending` with the task woken when a request completes.
+    fn poll_async(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let _ = cx;
+        std::task::Poll::Pending
+    }
+    /// An async operator's queue is at its capacity: the task reads no more input until
+    /// [`Op::poll_async`] made room.
+    fn async_blocked(&self) -> bool {
+        false
+    }
+    /// An async operator was told the end of input but still has requests: the task polls it
+    /// until it finished the rest of the chain.
+    fn async_busy(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) type BoxOp<T> = Box<dyn Op<T>>;
@@ -254,6 +272,7 @@ macro_rules! tail_checkpoint {
 pub(crate) use tail_checkpoint;
 
 // After the macros: the operator families use them.
+mod async_wait;
 mod basic;
 mod broadcast;
 mod co;
@@ -263,6 +282,8 @@ mod rich;
 mod side;
 pub(crate) mod window;
 
+pub(crate) use async_wait::{AsyncConfig, AsyncWaitOp};
+pub use async_wait::{AsyncFunction, AsyncRetryStrategy};
 pub(crate) use basic::{FilterOp, FlatMapOp, MapOp};
 pub(crate) use broadcast::{BroadcastOp, KeyedBroadcastOp, KeyedInner, KeyedSide, restore_broadcast};
 pub use broadcast::{BroadcastProcessFunction, KeyedBroadcastProcessFunction};

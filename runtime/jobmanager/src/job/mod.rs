@@ -232,6 +232,15 @@ pub struct JobMaster {
     pub slot_request_timeout: Option<Duration>,
     /// The current attempt whose failure, about to be applied, no restart can fix.
     not_recoverable: Option<AttemptId>,
+    /// The current attempt whose failure, about to be applied, followed its input's: a producer
+    /// it read from stopped (that producer's own failure is the cause).
+    followed_input: Option<AttemptId>,
+    /// The job is failing for a failure that followed its input's, with why it was not restarted:
+    /// the producer's own failure, when it arrives, becomes the job's failure instead (a consumer
+    /// may notice a producer's end before the producer's report reaches the JobManager).
+    failure_followed_input: Option<String>,
+    /// The failure being applied followed its input's (set around `on_failure_of`).
+    applying_followed_input: bool,
     /// Adaptive batch scheduling: the decider, when some vertex's parallelism is decided at run time.
     decider: Option<floe_scheduler::adaptive::AdaptiveBatchParallelismDecider>,
     /// Decisions applied, by vertex index.
@@ -390,6 +399,9 @@ impl JobMaster {
             slot_waits: 0,
             slot_request_timeout,
             not_recoverable: None,
+            followed_input: None,
+            failure_followed_input: None,
+            applying_followed_input: false,
             decider,
             decisions: BTreeMap::new(),
             deciding: std::collections::BTreeSet::new(),
@@ -761,6 +773,9 @@ impl JobMaster {
             .execution_vertex(v)
             .map(|e| e.current.state)
             .unwrap_or(ExecutionState::Failed);
+        if state == ExecutionState::Failed {
+            self.prefer_root_cause(id, error.as_deref());
+        }
         if current.is_terminal() {
             return Vec::new();
         }
@@ -818,7 +833,10 @@ impl JobMaster {
                 let cause = error.unwrap_or_else(|| "task failed".into());
                 let cause = format!("{} failed: {cause}", self.graph.task_name(v));
                 let recoverable = self.not_recoverable.take().as_ref() != Some(id);
-                self.on_failure_of(&[v], cause, recoverable)
+                self.applying_followed_input = self.followed_input.take().as_ref() == Some(id);
+                let actions = self.on_failure_of(&[v], cause, recoverable);
+                self.applying_followed_input = false;
+                actions
             }
             _ => Vec::new(),
         }
@@ -955,6 +973,32 @@ impl JobMaster {
         }
     }
 
+    /// A job failing (or failed) for a failure that only followed its input's takes the first
+    /// failure of a task's own that is reported after it: the producer's, whose report came late
+    /// (its task was cancelled by then, so the report changes nothing else).
+    fn prefer_root_cause(&mut self, id: &AttemptId, error: Option<&str>) {
+        if self.followed_input.as_ref() == Some(id)
+            || !matches!(self.status, JobStatus::Failing | JobStatus::Failed)
+        {
+            return;
+        }
+        if let Some(why) = self.failure_followed_input.take() {
+            let task = self.graph.task_name(id.vertex);
+            self.failure = Some(format!(
+                "{task} failed: {} ({why})",
+                error.unwrap_or("task failed")
+            ));
+        }
+    }
+
+    /// The TaskManager marked the next failure of `id` as following its input's (a producer it
+    /// read from stopped): not the job's cause when the producer's own failure comes.
+    pub fn next_failure_followed_its_input(&mut self, id: &AttemptId) {
+        if self.is_current(id) {
+            self.followed_input = Some(id.clone());
+        }
+    }
+
     /// Region failover for executions that failed together, or the end of the job when the restart
     /// strategy is exhausted.
     fn on_failure(&mut self, failed: &[ExecutionVertexId], cause: String) -> Vec<Action> {
@@ -1037,6 +1081,7 @@ impl JobMaster {
             }
             RestartDecision::Fail(why) => {
                 self.failure = Some(format!("{cause} ({why})"));
+                self.failure_followed_input = self.applying_followed_input.then_some(why);
                 self.status = JobStatus::Failing;
                 let mut actions = self.cancel_all();
                 actions.extend(self.maybe_terminal());

@@ -833,3 +833,64 @@ fn a_killed_taskmanager_found_lost_after_the_restart_counts_once() {
         job.failure
     );
 }
+
+/// A consumer can notice its producer's end before the producer's own report reaches the
+/// JobManager (both are on one TaskManager, the producer's report sent after its partitions were
+/// given up). The consumer's failure ("producer ... stopped before finishing its partition") does
+/// not stay the job's cause: the producer's own failure, when it comes, does. Another task's
+/// later failure does not replace a cause of its own.
+#[test]
+fn a_failure_that_followed_its_input_gives_way_to_the_producers_own() {
+    let mut conf = BTreeMap::new();
+    conf.insert("restart-strategy.type".to_string(), "none".to_string());
+    let args = JobArgs {
+        name: "seed".into(),
+        args: Vec::new(),
+        configuration: conf,
+    };
+    let mut job = JobMaster::new("job".into(), args, JobGraph::seed_example(), "fp".into(), 0).unwrap();
+    job.start(&slots()).unwrap();
+    let all: Vec<ExecutionVertexId> = job.graph.execution_vertices().map(|e| e.id).collect();
+    for &v in &all {
+        report(&mut job, v, ExecutionState::Initializing);
+        report(&mut job, v, ExecutionState::Running);
+    }
+    let consumer = job.attempt_id(ev(1, 0));
+    job.next_failure_followed_its_input(&consumer);
+    job.on_task_state(
+        &consumer,
+        ExecutionState::Failed,
+        Some("shuffle: producer of p0 stopped before finishing its partition".into()),
+        Vec::new(),
+        None,
+    );
+    // Its tasks are cancelled at once: the job is FAILED, for now naming the consumer.
+    assert_eq!(job.status, JobStatus::Failed);
+    assert!(
+        job.failure
+            .as_deref()
+            .unwrap()
+            .starts_with("map#0 failed: shuffle")
+    );
+    let producer = job.attempt_id(ev(0, 0));
+    job.on_task_state(
+        &producer,
+        ExecutionState::Failed,
+        Some("AsyncWait: async_invoke failed: boom".into()),
+        Vec::new(),
+        None,
+    );
+    let cause = job.failure.clone().unwrap();
+    assert!(
+        cause.starts_with("source#0 failed: AsyncWait: async_invoke failed: boom ("),
+        "{cause}"
+    );
+    job.on_task_state(
+        &job.attempt_id(ev(2, 0)),
+        ExecutionState::Failed,
+        Some("another".into()),
+        Vec::new(),
+        None,
+    );
+    assert_eq!(job.failure.as_deref(), Some(cause.as_str()));
+}

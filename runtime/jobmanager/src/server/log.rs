@@ -34,8 +34,15 @@ impl JobManager {
         }
         self.append(state, &events).await?;
         for e in events {
-            if let crate::oplog::Event::JobStatusChanged { job_id, status, .. } = e {
-                state.logged_status.insert(job_id, status);
+            if let crate::oplog::Event::JobStatusChanged {
+                job_id,
+                status,
+                failure,
+                ..
+            } = e
+            {
+                let logged = crate::oplog::logged_as(&status, failure.as_deref());
+                state.logged_status.insert(job_id, logged);
             }
         }
         Ok(())

@@ -509,6 +509,12 @@ impl JobManager {
         {
             job.master.next_failure_is_not_recoverable(&id);
         }
+        if state == ExecutionState::Failed
+            && r.input_failed
+            && let Some(job) = self.state().jobs.get_mut(&id.job_id)
+        {
+            job.master.next_failure_followed_its_input(&id);
+        }
         if state == ExecutionState::Failed && !r.unavailable_partitions.is_empty() {
             let lost: Vec<floe_shuffle::ResultPartitionId> =
                 r.unavailable_partitions.into_iter().map(Into::into).collect();
