@@ -1,6 +1,6 @@
 //! Async I/O end to end (issue 34, item 3): the built-in `http-enrich` job looks each generated
 //! word up in a real HTTP service this test starts (axum on loopback, 1-20 ms per answer, one
-//! first request in 40 answered 503), counts per `word:answer`, and writes the counts
+//! word in 40 answered 503 at its first request), counts per `word:answer`, and writes the counts
 //! exactly-once into files. The output must equal a reference computed here from the generator
 //! and the service's rule:
 //!
@@ -31,8 +31,15 @@ fn region(word: &str) -> String {
     format!("region-{}", word.bytes().map(u64::from).sum::<u64>() % 7)
 }
 
-/// The lookup service: `GET /region/{word}` answers [`region`] after 1-20 ms (one request in 40,
-/// a first try, gets a 503 instead: the job's retries absorb it); `GET /hang/{word}` never answers.
+/// What the lookup service keeps: its request count, and the words it refused once.
+#[derive(Clone)]
+struct Service {
+    requests: Arc<AtomicU64>,
+    refused: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// The lookup service: `GET /region/{word}` answers [`region`] after 1-20 ms (one word in 40 gets a
+/// 503 for its first request: the job's retries absorb it); `GET /hang/{word}` never answers.
 /// Runs on its own thread for the rest of the test process; returns its address and request count.
 fn start_service() -> (String, Arc<AtomicU64>) {
     use axum::extract::{Path as UrlPath, State};
@@ -51,11 +58,14 @@ fn start_service() -> (String, Arc<AtomicU64>) {
                 .route(
                     "/region/{word}",
                     axum::routing::get(
-                        |State(n): State<Arc<AtomicU64>>, UrlPath(word): UrlPath<String>| async move {
-                            let i = n.fetch_add(1, Ordering::Relaxed);
+                        |State(s): State<Service>, UrlPath(word): UrlPath<String>| async move {
+                            let i = s.requests.fetch_add(1, Ordering::Relaxed);
                             let spread = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59; // 0..32
                             tokio::time::sleep(Duration::from_millis(1 + spread % 20)).await;
-                            if i % 40 == 17 {
+                            // One word in 40 is refused its first request (only its first: the
+                            // job's retries get an answer).
+                            let sum: u64 = word.bytes().map(u64::from).sum();
+                            if sum % 40 == 17 && s.refused.lock().unwrap().insert(word.clone()) {
                                 return Err(StatusCode::SERVICE_UNAVAILABLE);
                             }
                             Ok(region(&word))
@@ -69,7 +79,10 @@ fn start_service() -> (String, Arc<AtomicU64>) {
                         ""
                     }),
                 )
-                .with_state(counted);
+                .with_state(Service {
+                    requests: counted,
+                    refused: Arc::default(),
+                });
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
             axum::serve(listener, app).await.unwrap();

@@ -33,6 +33,9 @@ struct Failure {
     input_failed: bool,
 }
 
+/// How much later a task reports a failure that followed its input's (see `Failure::input_failed`).
+const INPUT_FAILURE_REPORT_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The job storage checkpoints go to; checkpointing without one is a configuration error.
 fn job_storage(conf: &BTreeMap<String, String>) -> Result<ObjectStore, Status> {
     match ObjectStore::job_storage(conf) {
@@ -312,6 +315,14 @@ impl TaskManager {
                 }),
             };
             let _ = std::fs::remove_dir_all(&state_dir);
+            if let Err(failure) = &outcome
+                && failure.input_failed
+            {
+                // A producer this task read from stopped: that producer's own failure is the
+                // cause, and its report goes out as this one's does (it gave up its partitions
+                // first). Let it reach the JobManager first, so the job names the cause.
+                tokio::time::sleep(INPUT_FAILURE_REPORT_DELAY).await;
+            }
             let final_report = match outcome {
                 Ok(stats) => {
                     let produced = stats
