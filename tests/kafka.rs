@@ -1029,6 +1029,62 @@ fn bad_input_record_that_does_not_deserialize(broker: &Broker, dir: &Path) -> Re
     Ok(())
 }
 
+/// A checkpoint can be taken before a reader's first poll (a trigger already queued when its task
+/// starts: the source task handles control messages before it produces). Before, the reader's
+/// place in it was no position at all, and a restore read none of its partitions: a bounded job
+/// then FINISHED without them (seen as `bad_input_record_that_does_not_deserialize` finishing
+/// after one restart instead of failing), an unbounded one never read them. Here the readers
+/// are driven directly: the place of one that never polled restores a reader that reads every
+/// record of its partitions.
+fn a_checkpoint_taken_before_the_reader_started_reads_its_partitions(
+    broker: &Broker,
+    _dir: &Path,
+) -> Result<(), Failed> {
+    use floe::datastream::connector::{ConnectorContext, SourceReader};
+    use floe::kafka::{KafkaSourceReader, SourceOptions, Subscription, records};
+    broker.create_topic("early", 2);
+    let input = lines(200, 11);
+    broker.produce("early", &input);
+    let mut options = SourceOptions::new(&broker.bootstrap, Subscription::Topics(vec!["early".into()]));
+    options.bounded = true;
+    let options = std::sync::Arc::new(options);
+    let ctx = |restored| ConnectorContext {
+        job_id: "run".into(),
+        subtask: 0,
+        parallelism: 1,
+        attempt: 0,
+        configuration: BTreeMap::new(),
+        checkpointing: true,
+        restored,
+        timestamps: None,
+    };
+    let first = KafkaSourceReader::new(options.clone(), records::value_string(), &ctx(None))?;
+    // The checkpoint's snapshot, before the first poll.
+    let places = first.positions();
+    drop(first);
+    let mut second = KafkaSourceReader::new(options, records::value_string(), &ctx(Some((1, places))))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut got: Vec<String> = Vec::new();
+    runtime.block_on(async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while second.poll_next(&mut got).await.map_err(|e| e.to_string())? {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("still reading after 60 s: {} records", got.len()));
+            }
+        }
+        Ok::<_, String>(())
+    })?;
+    let mut expected: Vec<String> = input.into_iter().map(|(_, v)| v).collect();
+    expected.sort();
+    got.sort();
+    if got != expected {
+        return Err(format!("read {} records, expected {}", got.len(), expected.len()).into());
+    }
+    Ok(())
+}
+
 type Case = fn(&Broker, &Path) -> Result<(), Failed>;
 
 fn main() {
@@ -1037,6 +1093,10 @@ fn main() {
         (
             "bounded_wordcount_through_floe_run",
             bounded_wordcount_through_floe_run,
+        ),
+        (
+            "a_checkpoint_taken_before_the_reader_started_reads_its_partitions",
+            a_checkpoint_taken_before_the_reader_started_reads_its_partitions,
         ),
         (
             "wordcount_to_files_exactly_once_across_a_taskmanager_kill",

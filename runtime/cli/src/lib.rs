@@ -27,14 +27,15 @@ pub use floe_datastream as datastream;
 pub use floe_datastream::{JobRegistry, JobSpec};
 
 /// The jobs that ship with Floe: the DataStream built-ins (`wordcount`, `pipeline`, `nexmark`, ...)
-/// the Kafka jobs (`kafka-to-files`, `files-to-kafka`, `kafka-wordcount`, `kafka-keyed-count`)
-/// `words-to-postgres` and `http-enrich`. A user's binary adds its own to these (or starts from an
+/// the Kafka jobs (`kafka-to-files`, `files-to-kafka`, `kafka-wordcount`, `kafka-keyed-count`),
+/// `words-to-postgres`, `http-enrich` and `kafka-to-postgres`. A user's binary adds its own to these (or starts from an
 /// empty registry).
 pub fn jobs() -> JobRegistry {
     let mut registry = JobRegistry::builtin();
     floe_connector_kafka::register(&mut registry);
     floe_connector_postgres::register(&mut registry);
     floe_connector_http::register(&mut registry);
+    floe_jobs::register(&mut registry);
     registry
 }
 

@@ -2,7 +2,7 @@
 //! transaction with the checkpoint's marker ([`Committer::write_pending`]).
 //!
 //! The records come back from the checkpoint's write-ahead object part by part
-//! ([`floe_storage::ObjectReader`]), a batch of whole records at a time, so a checkpoint interval
+//! ([`floe_write_ahead::Records`]), a batch of whole records at a time, so a checkpoint interval
 //! of any size passes through a few parts of memory. The transaction's deadline does not grow
 //! with the checkpoint either: records are sent as they are read (librdkafka's queue bounds what
 //! is in flight), the producer's queue is flushed for as long as acknowledgements keep arriving
@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use floe_datastream::Result;
 use floe_datastream::connector::frames;
-use floe_storage::{ObjectReader, ObjectStore};
+use floe_storage::ObjectStore;
+use floe_write_ahead::Records;
 use rdkafka::ClientConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -123,7 +124,11 @@ impl Committer {
 
     /// One transaction: `p`'s records as they are read, then its marker. Aborted on any error.
     async fn transact(&self, p: &Pending, marker: &Arc<MarkerGroup>) -> Result<()> {
-        let mut records = Records::open(self.store.as_ref(), p).await?;
+        let mut records = match (&p.frames, &self.store) {
+            (Some(frames), _) => Records::Memory(Some(frames.clone())),
+            (None, Some(store)) => Records::open(store, "Kafka", &p.file, p.checkpoint).await?,
+            (None, None) => return Err(error("no job storage to read the write-ahead log from")),
+        };
         let mut began = false;
         let (mut bytes, started) = (0u64, Instant::now());
         let written = async {
@@ -173,100 +178,6 @@ impl Committer {
             }
         }
     }
-}
-
-/// The write-ahead object of `p` is gone, and `p`'s marker says its records were not written
-/// (only then are they read): they are lost. Before, this read as no records, and the
-/// checkpoint was marked written without them (another attempt of the subtask, running beside
-/// this one, had removed the object as an orphan).
-fn missing(p: &Pending) -> floe_datastream::Error {
-    error(format!(
-        "the write-ahead object {} of checkpoint {} is gone though its marker says its records were not written",
-        p.file, p.checkpoint
-    ))
-}
-
-/// A pending checkpoint's records, a batch of whole records at a time.
-enum Records {
-    Memory(Option<Bytes>),
-    Object {
-        path: String,
-        reader: Box<ObjectReader>,
-        /// The start of a record a part ended inside of.
-        carry: Vec<u8>,
-        read_any: bool,
-    },
-}
-
-impl Records {
-    async fn open(store: Option<&ObjectStore>, p: &Pending) -> Result<Self> {
-        if let Some(frames) = &p.frames {
-            return Ok(Records::Memory(Some(frames.clone())));
-        }
-        let store = store.ok_or_else(|| error("no job storage to read the write-ahead log from"))?;
-        match store.reader(&p.file).await {
-            Ok(reader) => Ok(Records::Object {
-                path: p.file.clone(),
-                reader: Box::new(reader),
-                carry: Vec::new(),
-                read_any: false,
-            }),
-            Err(floe_storage::Error::NotFound { .. }) => Err(missing(p)),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The next batch of whole records (never empty), `None` at the end.
-    async fn next(&mut self) -> Result<Option<Bytes>> {
-        match self {
-            Records::Memory(frames) => Ok(frames.take().filter(|f| !f.is_empty())),
-            Records::Object {
-                path,
-                reader,
-                carry,
-                read_any,
-            } => loop {
-                let part = match reader.next_part().await {
-                    Ok(part) => part,
-                    Err(floe_storage::Error::NotFound { .. }) if !*read_any => {
-                        return Err(error(format!(
-                            "the write-ahead object {path} is gone though its checkpoint's marker says its records were not written"
-                        )));
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                let Some(part) = part else {
-                    if !carry.is_empty() {
-                        return Err(error(format!(
-                            "the write-ahead object {path} ends inside a record ({} bytes of it)",
-                            carry.len()
-                        )));
-                    }
-                    return Ok(None);
-                };
-                *read_any = true;
-                carry.extend_from_slice(&part);
-                let whole = complete_frames(carry);
-                if whole > 0 {
-                    let rest = carry.split_off(whole);
-                    return Ok(Some(Bytes::from(std::mem::replace(carry, rest))));
-                }
-            },
-        }
-    }
-}
-
-/// The length of the longest prefix of `buffer` made of whole frames (`u32` length, bytes).
-fn complete_frames(buffer: &[u8]) -> usize {
-    let mut at = 0;
-    while let Some(head) = buffer.get(at..at + 4) {
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        if buffer.len() - at - 4 < len {
-            break;
-        }
-        at += 4 + len;
-    }
-    at
 }
 
 /// Sends every frame of `frames_` (blocking while librdkafka's queue is full).
@@ -399,83 +310,4 @@ pub(crate) async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + 
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| error(format!("Kafka request: {e}")))?
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use super::*;
-
-    /// A write-ahead object of several parts comes back as batches of whole records, every record
-    /// once and in order, however the parts cut them.
-    #[tokio::test]
-    async fn a_write_ahead_object_of_several_parts_reads_back_as_whole_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = ObjectStore::open(&format!("file://{}", dir.path().display()), &BTreeMap::new()).unwrap();
-        // Records of 0 to 70,000 bytes, about 2.5 parts in all, written in pieces of odd sizes.
-        let (mut all, mut expected) = (Vec::new(), Vec::new());
-        let mut i = 0u64;
-        while all.len() < floe_storage::PART_SIZE * 5 / 2 {
-            let value: Vec<u8> = (0..(i * 7919) % 70_001).map(|b| (b ^ i) as u8).collect();
-            // As the sink gets it: each record's encoding in a frame of its length.
-            let mut record = Vec::new();
-            crate::records::encode_frame(None, &value, &mut record);
-            all.extend_from_slice(&(record.len() as u32).to_le_bytes());
-            all.extend_from_slice(&record);
-            expected.push(value);
-            i += 1;
-        }
-        let mut writer = store.writer("ahead").await.unwrap();
-        for piece in all.chunks(1_000_003) {
-            writer.write(piece.to_vec()).await.unwrap();
-        }
-        writer.close().await.unwrap();
-        let pending = Pending {
-            checkpoint: 1,
-            file: "ahead".into(),
-            marker_group: String::new(),
-            transactional_id: String::new(),
-            frames: None,
-        };
-        let mut records = Records::open(Some(&store), &pending).await.unwrap();
-        let (mut got, mut batches) = (Vec::new(), 0);
-        while let Some(batch) = records.next().await.unwrap() {
-            batches += 1;
-            got.extend(frames(&batch).map(|f| decode_frame(f).1.to_vec()));
-        }
-        assert!(batches >= 3, "one batch per part at least: {batches}");
-        assert_eq!(got.len(), expected.len());
-        assert!(got == expected, "the records read back differ");
-
-        // An object gone while it is still to be written (its records are read only when the
-        // marker says so) is an error naming it, not an empty checkpoint.
-        store.delete("ahead").await.unwrap();
-        let gone = Records::open(Some(&store), &pending)
-            .await
-            .map(|_| ())
-            .unwrap_err();
-        assert!(
-            gone.to_string().contains("ahead of checkpoint 1 is gone"),
-            "{gone}"
-        );
-
-        // One cut inside a record is an error naming the object.
-        let mut writer = store.writer("cut").await.unwrap();
-        writer.write(all[..all.len() - 1].to_vec()).await.unwrap();
-        writer.close().await.unwrap();
-        let cut = Pending {
-            file: "cut".into(),
-            ..pending
-        };
-        let mut records = Records::open(Some(&store), &cut).await.unwrap();
-        let e = loop {
-            match records.next().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => panic!("a cut record was not noticed"),
-                Err(e) => break e.to_string(),
-            }
-        };
-        assert!(e.contains("cut") && e.contains("ends inside a record"), "{e}");
-    }
 }

@@ -12,42 +12,44 @@ use floe_datastream::{
 use crate::options::{DeliveryGuarantee, SinkOptions, SourceOptions, StartingOffsets, Subscription};
 use crate::{KafkaSinkExt, KafkaSourceExt, records};
 
-const SERVERS: ArgSpec = ArgSpec::required(
+// The arguments of a job that reads a topic, public for the jobs of other crates that read one
+// (`floe-jobs`), with [`source_options`].
+pub const SERVERS: ArgSpec = ArgSpec::required(
     "bootstrap-servers",
     ArgKind::Text,
     "the Kafka brokers, host:port,...",
 );
-const TOPIC: ArgSpec = ArgSpec::optional(
+pub const TOPIC: ArgSpec = ArgSpec::optional(
     "topic",
     ArgKind::Text,
     None,
     "the topic(s) to read, comma-separated",
 );
-const PATTERN: ArgSpec = ArgSpec::optional(
+pub const PATTERN: ArgSpec = ArgSpec::optional(
     "topic-pattern",
     ArgKind::Text,
     None,
     "read every topic matching this regular expression, also those created later",
 );
-const STARTING: ArgSpec = ArgSpec::optional(
+pub const STARTING: ArgSpec = ArgSpec::optional(
     "starting-offsets",
     ArgKind::Text,
     Some("earliest"),
     "earliest, latest, committed or timestamp:MILLIS",
 );
-const BOUNDED: ArgSpec = ArgSpec::optional(
+pub const BOUNDED: ArgSpec = ArgSpec::optional(
     "bounded",
     ArgKind::OneOf(&["true", "false"]),
     Some("false"),
     "stop at the offsets current at the start",
 );
-const GROUP: ArgSpec = ArgSpec::optional(
+pub const GROUP: ArgSpec = ArgSpec::optional(
     "group-id",
     ArgKind::Text,
     None,
     "consumer group the read offsets are committed to when a checkpoint completes, for monitoring",
 );
-const DISCOVERY: ArgSpec = ArgSpec::optional(
+pub const DISCOVERY: ArgSpec = ArgSpec::optional(
     "partition-discovery-interval-ms",
     ArgKind::Count,
     Some("30000"),
@@ -175,7 +177,9 @@ pub fn register(registry: &mut JobRegistry) {
     registry.register_declared("kafka-windowed-count", KAFKA_WINDOWED_COUNT, kafka_windowed_count);
 }
 
-fn source_options(job: &str, a: &JobArgValues) -> Result<SourceOptions> {
+/// The source's options from the arguments [`SOURCE_ARGS`] declares (`job` names the job in
+/// errors).
+pub fn source_options(job: &str, a: &JobArgValues) -> Result<SourceOptions> {
     let subscription = match (a.get("topic"), a.get("topic-pattern")) {
         (Some(t), None) => Subscription::Topics(t.split(',').map(|s| s.trim().to_string()).collect()),
         (None, Some(p)) => Subscription::Pattern(p.to_string()),

@@ -13,7 +13,6 @@ pub mod options;
 pub mod records;
 pub mod sink;
 pub mod source;
-mod write_ahead;
 
 use std::sync::Arc;
 

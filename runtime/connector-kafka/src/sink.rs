@@ -8,7 +8,7 @@
 //! from the checkpoint; librdkafka cannot resume another producer's transaction (a new producer
 //! of the same transactional id aborts it). So the records of a checkpoint are kept until it
 //! completes, as a write-ahead log in the job's storage (streamed into an object as they come, a
-//! few parts in memory: [`crate::write_ahead`]), and written then, by a commit task of the sink's
+//! few parts in memory: [`floe_write_ahead`]), and written then, by a commit task of the sink's
 //! own while records go on ([`crate::commit`]), in one transaction that also commits a marker,
 //! the checkpoint's id as the offset of a consumer
 //! group of the sink's own (`{prefix}-{subtask}-{run}-commits`), atomically with the records. A
@@ -37,7 +37,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use floe_datastream::Result;
 use floe_datastream::connector::{ConnectorContext, SinkWriter};
-use floe_storage::{ObjectStore, ObjectWriter};
+use floe_storage::ObjectStore;
 use rdkafka::ClientConfig;
 use rdkafka::producer::Producer;
 
@@ -46,20 +46,10 @@ use crate::commit::{
 };
 use crate::options::{DeliveryGuarantee, Partitioner, SinkOptions};
 use crate::source::REQUEST_TIMEOUT;
-use crate::write_ahead;
 use crate::{error, kafka_error};
 
-/// Bytes of records the sink gathers before it hands them to the write-ahead object's writer
-/// (which sends them in parts of `floe_storage::PART_SIZE`): few calls, little memory.
-const WRITE_AHEAD_PIECE: usize = 1 << 20;
-
-/// The write-ahead object of the records since the last barrier, open.
-struct WriteAhead {
-    file: String,
-    writer: ObjectWriter,
-    /// Records not handed to the writer yet (less than [`WRITE_AHEAD_PIECE`]).
-    piece: Vec<u8>,
-}
+/// Where the write-ahead objects live, under the job's storage.
+pub(crate) const WRITE_AHEAD_ROOT: &str = "kafka-sink/";
 
 /// Checkpoints whose records the commit task is writing.
 struct Committing {
@@ -77,12 +67,11 @@ pub struct KafkaSinkWriter {
     /// checkpoints and so without storage, the records themselves until the end), the
     /// checkpoints written ahead and the ones being written to Kafka, the job's storage, and this
     /// sink's transactional id and marker group.
-    ahead: Option<WriteAhead>,
+    ahead: Option<floe_write_ahead::Writer>,
     batch: Vec<u8>,
     pending: Vec<Pending>,
     committing: Option<Committing>,
     store: Option<ObjectStore>,
-    writer_id: String,
     transactional_id: String,
     marker_group: String,
     last_checkpoint: u64,
@@ -126,17 +115,19 @@ impl KafkaSinkWriter {
                 pending.extend(list);
             }
         }
+        let ahead = store.clone().map(|store| {
+            floe_write_ahead::Writer::new(store, "Kafka", WRITE_AHEAD_ROOT, &transactional_id, &ctx.job_id)
+        });
         Ok(KafkaSinkWriter {
             options,
             ctx: ctx.clone(),
             producer: None,
             partition: None,
-            ahead: None,
+            ahead,
             batch: Vec::new(),
             pending,
             committing: None,
             store,
-            writer_id: uuid::Uuid::new_v4().simple().to_string(),
             transactional_id,
             marker_group,
             last_checkpoint,
@@ -238,47 +229,26 @@ impl KafkaSinkWriter {
         Ok(())
     }
 
-    /// Hands what was gathered to the write-ahead object's writer.
+    /// Hands records to the write-ahead log (without checkpoints, and so without storage, keeps
+    /// them until the end).
     async fn write_ahead(&mut self, bytes: &[u8]) -> Result<()> {
-        let Some(store) = &self.store else {
-            self.batch.extend_from_slice(bytes);
-            return Ok(());
-        };
-        if self.ahead.is_none() {
-            let file = write_ahead::object(
-                &self.transactional_id,
-                &self.ctx.job_id,
-                self.last_checkpoint,
-                &self.writer_id,
-            );
-            self.ahead = Some(WriteAhead {
-                writer: store.writer(&file).await?,
-                file,
-                piece: Vec::with_capacity(WRITE_AHEAD_PIECE),
-            });
-        }
-        if let Some(a) = self.ahead.as_mut() {
-            a.piece.extend_from_slice(bytes);
-            if a.piece.len() >= WRITE_AHEAD_PIECE {
-                let piece = std::mem::replace(&mut a.piece, Vec::with_capacity(WRITE_AHEAD_PIECE));
-                a.writer.write(piece).await?;
+        match &mut self.ahead {
+            Some(log) => log.append(self.last_checkpoint, bytes).await,
+            None => {
+                self.batch.extend_from_slice(bytes);
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// Completes the open write-ahead object, if any: the records after the last barrier, as a
     /// pending checkpoint `checkpoint` (or the records themselves, without storage).
     async fn seal(&mut self, checkpoint: u64) -> Result<Option<Pending>> {
-        let (file, frames) = match self.ahead.take() {
-            Some(mut a) => {
-                let piece = std::mem::take(&mut a.piece);
-                if !piece.is_empty() {
-                    a.writer.write(piece).await?;
-                }
-                a.writer.close().await?;
-                (a.file, None)
-            }
+        let (file, frames) = match &mut self.ahead {
+            Some(log) => match log.seal().await? {
+                Some(file) => (file, None),
+                None => return Ok(None),
+            },
             None if self.batch.is_empty() => return Ok(None),
             None => (String::new(), Some(Bytes::from(std::mem::take(&mut self.batch)))),
         };
@@ -291,36 +261,22 @@ impl KafkaSinkWriter {
         }))
     }
 
-    /// Removes what earlier attempts of this run wrote ahead for checkpoints that never completed
-    /// ([`write_ahead::orphans`]), before this attempt writes any. A failure only leaves them.
+    /// Removes what earlier attempts of this run wrote ahead for checkpoints that never completed,
+    /// before this attempt writes any.
     async fn remove_orphans(&self) {
         let Some(store) = &self.store else {
             return;
         };
-        let restored = self.ctx.restored.as_ref().map_or(0, |(c, _)| *c);
         let prefix = self.options.transactional_id_prefix.clone().unwrap_or_default();
-        let removed = async {
-            let dirs = store.list(write_ahead::ROOT).await?;
-            let mut removed = 0;
-            for id in write_ahead::cleaned_by(&dirs, &prefix, self.ctx.subtask, self.ctx.parallelism) {
-                let dir = write_ahead::run_dir(&id, &self.ctx.job_id);
-                let doomed: Vec<String> = write_ahead::orphans(&store.list(&dir).await?, restored)
-                    .into_iter()
-                    .map(|name| format!("{dir}{name}"))
-                    .collect();
-                store.delete_many(&doomed).await?;
-                removed += doomed.len();
-            }
-            Ok::<_, floe_storage::Error>(removed)
+        let at = floe_write_ahead::Orphans {
+            root: WRITE_AHEAD_ROOT,
+            prefix: &prefix,
+            subtask: self.ctx.subtask,
+            parallelism: self.ctx.parallelism,
+            run: &self.ctx.job_id,
+            restored: self.ctx.restored.as_ref().map_or(0, |(c, _)| *c),
         };
-        match removed.await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(
-                restored,
-                "Kafka sink: removed {n} write-ahead objects of checkpoints that never completed"
-            ),
-            Err(e) => tracing::warn!("Kafka sink: looking for orphaned write-ahead objects: {e}"),
-        }
+        floe_write_ahead::remove_orphans(store, "Kafka", at).await;
     }
 
     /// What a restore needs: every checkpoint not known to be written, those the commit task is
@@ -392,10 +348,7 @@ impl SinkWriter for KafkaSinkWriter {
         if !self.started {
             self.start().await?;
         }
-        let (due, later): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|p| p.checkpoint <= checkpoint);
-        self.pending = later;
+        let due = floe_write_ahead::take_covered(&mut self.pending, checkpoint, |p| p.checkpoint);
         if due.is_empty() {
             return Ok(());
         }
@@ -444,42 +397,11 @@ impl SinkWriter for KafkaSinkWriter {
         if !self.started {
             self.start().await?;
         }
-        if let Some(a) = self.ahead.take() {
-            tracing::warn!(
-                object = %a.file,
-                "Kafka sink: stopped with a savepoint; records after its barrier are not written"
-            );
-            if let Err(e) = a.writer.abort().await {
-                tracing::warn!("Kafka sink: abandoning the write-ahead object {}: {e}", a.file);
-            }
+        if let Some(log) = self.ahead.as_mut() {
+            log.abandon().await;
         }
         let pending = std::mem::take(&mut self.pending);
         self.write_now(pending).await
-    }
-}
-
-/// A writer dropped with its write-ahead object open (its task was canceled, or its TaskManager
-/// stopped with SIGTERM): the object is aborted in the background, so no incomplete upload is
-/// left (a local file's temporary, an S3 multipart upload), and the storage layer does not warn
-/// of a writer "not closed or aborted". Its records belong to no completed checkpoint.
-impl Drop for KafkaSinkWriter {
-    fn drop(&mut self) {
-        let Some(a) = self.ahead.take() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Err(e) = a.writer.abort().await {
-                        tracing::warn!("Kafka sink: abandoning the write-ahead object {}: {e}", a.file);
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                "Kafka sink: dropped outside a runtime; the write-ahead object {} is left incomplete",
-                a.file
-            ),
-        }
     }
 }
 

@@ -1,22 +1,32 @@
-//! A PostgreSQL sink for Floe jobs (issue 34, item 5): each record becomes a row, upserted by the
-//! table's primary key (`INSERT ... ON CONFLICT (key) DO UPDATE`).
+//! A PostgreSQL sink for Floe jobs (issue 34, item 5): each record becomes a row of a table,
+//! upserted by its primary key or appended.
 //!
-//! Rows are buffered per subtask, the last row of a key replacing an earlier one, and written in
-//! one statement when `batch_rows` are buffered, at every checkpoint barrier (before the
-//! checkpoint can complete) and at the end of input. A restore replays the records after the
-//! restored checkpoint, and their upserts write the same rows again: the table ends as a
-//! fault-free run leaves it, exactly-once in effect for a job whose rows per key are the latest
-//! value of that key (a keyed aggregate's running result). Rows of one key must reach the sink
-//! from one subtask in order: key the stream by the table's key before the sink, as a keyed
-//! aggregate does.
+//! Two guarantees:
+//!
+//! - **Upsert, idempotent** ([`PostgresSink::upsert`]): rows are buffered per subtask, the last
+//!   row of a key replacing an earlier one, and written in one statement (`INSERT ... ON
+//!   CONFLICT (key) DO UPDATE`) when `batch_rows` are buffered, at every checkpoint barrier
+//!   (before the checkpoint can complete) and at the end of input. A restore replays the records
+//!   after the restored checkpoint, and their upserts write the same rows again: the table ends as
+//!   a fault-free run leaves it, exactly-once in effect for a job whose rows per key are the
+//!   latest value of that key (a keyed aggregate's running result). Rows of one key must reach
+//!   the sink from one subtask in order: key the stream by the table's key before the sink. An
+//!   append ([`PostgresSink::append`]) written this way is at-least-once: a restore inserts the
+//!   replayed rows again.
+//! - **Exactly-once, transactional** ([`PostgresSink::exactly_once`]): each checkpoint's rows
+//!   become visible in one transaction once the checkpoint completed, with a marker row that
+//!   says so (`transactional.rs`), so an append or an upsert is written once whatever moment a
+//!   process dies at, and readers see only the rows of completed checkpoints.
 //!
 //! The client is `tokio-postgres` (pure Rust) over the simple-query protocol: one round trip per
 //! batch, values as quoted literals (see `sql.rs`).
 
-mod jobs;
+mod batch;
+mod client;
+pub mod jobs;
 mod sql;
+mod transactional;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -24,11 +34,18 @@ use bytes::Bytes;
 use floe_datastream::connector::{ConnectorContext, SinkWriter, frames};
 use floe_datastream::{Data, DataStream, DataStreamSink, Error, Result};
 
+use batch::Batch;
+use transactional::TransactionalWriter;
+
 pub use jobs::register;
 pub use sql::Value;
 
-/// Where and how a stream is upserted: the connection, the table, its columns in the order the
-/// rows give them, and its primary key.
+/// The marker table of [`PostgresSink::exactly_once`] unless [`PostgresSink::marker_table`]
+/// names another.
+pub const DEFAULT_MARKER_TABLE: &str = "floe_sink_commits";
+
+/// Where and how a stream is written: the connection, the table, its columns in the order the
+/// rows give them, its primary key (none: rows are appended), and the guarantee.
 #[derive(Debug, Clone)]
 pub struct PostgresSink {
     connection: String,
@@ -36,6 +53,16 @@ pub struct PostgresSink {
     columns: Vec<String>,
     key: Vec<String>,
     batch_rows: usize,
+    exactly_once: bool,
+    sink_id: Option<String>,
+    marker_table: String,
+}
+
+fn bad(message: String) -> Error {
+    Error::Connector {
+        connector: "PostgreSQL".into(),
+        message,
+    }
 }
 
 impl PostgresSink {
@@ -45,10 +72,27 @@ impl PostgresSink {
     /// `postgresql://` URL. Refused, naming the argument: no columns, an empty or repeated
     /// name, no key, a key column not among the columns.
     pub fn upsert(connection: &str, table: &str, columns: &[&str], key: &[&str]) -> Result<Self> {
-        let bad = |message: String| Error::Connector {
-            connector: "PostgreSQL".into(),
-            message,
-        };
+        let sink = Self::append(connection, table, columns)?;
+        if key.is_empty() {
+            return Err(bad(format!(
+                "key of {table}: expected the primary key's columns, got none"
+            )));
+        }
+        if let Some(k) = key.iter().find(|k| !columns.contains(k)) {
+            return Err(bad(format!(
+                "key of {table}: {k:?} is not one of the columns {columns:?}"
+            )));
+        }
+        Ok(PostgresSink {
+            key: key.iter().map(|c| c.to_string()).collect(),
+            ..sink
+        })
+    }
+
+    /// Appends to `table` (it must exist): each row gives `columns`, in order, in a plain
+    /// `INSERT`. At-least-once unless [`Self::exactly_once`]: a restore inserts the records it
+    /// replays again. Refused, naming the argument: no columns, an empty or repeated name.
+    pub fn append(connection: &str, table: &str, columns: &[&str]) -> Result<Self> {
         if table.is_empty() || table.split('.').any(str::is_empty) {
             return Err(bad(format!("table: expected name or schema.name, got {table:?}")));
         }
@@ -66,23 +110,61 @@ impl PostgresSink {
                 return Err(bad(format!("columns of {table}: {c:?} is given twice")));
             }
         }
-        if key.is_empty() {
-            return Err(bad(format!(
-                "key of {table}: expected the primary key's columns, got none"
-            )));
-        }
-        if let Some(k) = key.iter().find(|k| !columns.contains(k)) {
-            return Err(bad(format!(
-                "key of {table}: {k:?} is not one of the columns {columns:?}"
-            )));
-        }
         Ok(PostgresSink {
             connection: connection.to_string(),
             table: table.to_string(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
-            key: key.iter().map(|c| c.to_string()).collect(),
+            key: Vec::new(),
             batch_rows: 1000,
+            exactly_once: false,
+            sink_id: None,
+            marker_table: DEFAULT_MARKER_TABLE.to_string(),
         })
+    }
+
+    /// Exactly-once: each checkpoint's rows are kept in a write-ahead log in the job's storage
+    /// (`spec.storage`) until the checkpoint completes, then written in one transaction with a
+    /// row of the marker table ([`Self::marker_table`]) that records the checkpoint, so a
+    /// restore writes each checkpoint's rows once. Readers see rows one checkpoint interval after
+    /// they came. Without checkpoints, all the rows are written in one transaction committed at
+    /// the end of the input. The connection's user must be allowed to create the marker table,
+    /// or it must exist.
+    pub fn exactly_once(mut self) -> Self {
+        self.exactly_once = true;
+        self
+    }
+
+    /// The sink's name in the marker table and the job's storage (default: the table's name).
+    /// Two exactly-once sinks of one job that write the same table need different ids. Refused,
+    /// naming it: empty, or holding a `/`.
+    pub fn sink_id(mut self, id: &str) -> Result<Self> {
+        if id.is_empty() || id.contains('/') {
+            return Err(bad(format!(
+                "sink id of {}: expected a name without '/', got {id:?}",
+                self.table
+            )));
+        }
+        self.sink_id = Some(id.to_string());
+        Ok(self)
+    }
+
+    /// The exactly-once sink's marker table (`name` or `schema.name`, default
+    /// [`DEFAULT_MARKER_TABLE`]), created if it does not exist.
+    pub fn marker_table(mut self, table: &str) -> Result<Self> {
+        if table.is_empty() || table.split('.').any(str::is_empty) {
+            return Err(bad(format!(
+                "marker table: expected name or schema.name, got {table:?}"
+            )));
+        }
+        self.marker_table = table.to_string();
+        Ok(self)
+    }
+
+    /// The id the marker rows and write-ahead objects are named by.
+    fn id(&self) -> String {
+        self.sink_id
+            .clone()
+            .unwrap_or_else(|| self.table.replace('/', "_"))
     }
 
     /// Rows a subtask buffers before it writes them (default 1,000); also written at every
@@ -115,7 +197,11 @@ impl<T: Data> PostgresSinkExt<T> for DataStream<T> {
             encode_row(&values, columns, &key_at, out);
         };
         self.sink_to("PostgreSQL", encode, move |ctx| {
-            Ok(UpsertWriter::new(sink.clone(), ctx))
+            Ok(if sink.exactly_once && ctx.checkpointing {
+                Writer::Transactional(Box::new(TransactionalWriter::new(sink.clone(), ctx)?))
+            } else {
+                Writer::Direct(Box::new(DirectWriter::new(sink.clone(), ctx)))
+            })
         })
     }
 }
@@ -149,103 +235,127 @@ fn encode_row(values: &[Value], columns: usize, key_at: &[usize], out: &mut Vec<
     out.extend_from_slice(text.as_bytes());
 }
 
-/// A subtask's upserts: rows buffered by key, written in one statement per batch.
-struct UpsertWriter {
-    sink: Arc<PostgresSink>,
-    statement: sql::Upsert,
-    subtask: u32,
-    client: Option<tokio_postgres::Client>,
-    /// The buffered rows, in the order their keys first came.
-    rows: Vec<String>,
-    /// A buffered key's row in `rows`.
-    index: HashMap<String, usize>,
+/// A subtask's writer: rows as they come, or each checkpoint's in a transaction.
+enum Writer {
+    Direct(Box<DirectWriter>),
+    Transactional(Box<TransactionalWriter>),
 }
 
-impl UpsertWriter {
+#[async_trait]
+impl SinkWriter for Writer {
+    async fn write(&mut self, bytes: Bytes) -> Result<()> {
+        match self {
+            Writer::Direct(w) => w.write(bytes).await,
+            Writer::Transactional(w) => w.write(bytes).await,
+        }
+    }
+
+    async fn pre_commit(&mut self, checkpoint: u64) -> Result<Option<String>> {
+        match self {
+            Writer::Direct(w) => w.pre_commit(checkpoint).await,
+            Writer::Transactional(w) => w.pre_commit(checkpoint).await,
+        }
+    }
+
+    async fn commit(&mut self, checkpoint: u64) -> Result<()> {
+        match self {
+            Writer::Direct(w) => w.commit(checkpoint).await,
+            Writer::Transactional(w) => w.commit(checkpoint).await,
+        }
+    }
+
+    async fn close(self: Box<Self>) -> Result<()> {
+        match *self {
+            Writer::Direct(w) => w.close().await,
+            Writer::Transactional(w) => w.close().await,
+        }
+    }
+
+    async fn stop(self: Box<Self>) -> Result<()> {
+        match *self {
+            Writer::Direct(w) => w.stop().await,
+            Writer::Transactional(w) => w.stop().await,
+        }
+    }
+}
+
+/// The marker's value for "this subtask's rows of the run were committed" in a job without
+/// checkpoints (above any checkpoint id).
+const END_OF_INPUT: u64 = i64::MAX as u64;
+
+/// A subtask's rows written as they come: buffered ([`Batch`]), one statement per batch, every
+/// batch written at a checkpoint barrier. Exactly-once without checkpoints: every statement in
+/// one transaction, committed at the end of the input (a failure restarts the job from its
+/// start, and the dropped connection rolls back what this attempt wrote) with the subtask's
+/// marker row set to [`END_OF_INPUT`], so of two attempts that both reach the end (one of them on
+/// a TaskManager declared lost that still runs) only the first commits.
+struct DirectWriter {
+    sink: Arc<PostgresSink>,
+    statement: sql::Insert,
+    subtask: client::Subtask,
+    run: String,
+    client: Option<tokio_postgres::Client>,
+    batch: Batch,
+}
+
+impl DirectWriter {
     fn new(sink: Arc<PostgresSink>, ctx: &ConnectorContext) -> Self {
-        UpsertWriter {
-            statement: sql::Upsert::new(&sink.table, &sink.columns, &sink.key),
+        DirectWriter {
+            statement: sql::Insert::new(&sink.table, &sink.columns, &sink.key),
+            subtask: client::Subtask {
+                table: sink.table.clone(),
+                subtask: ctx.subtask,
+            },
+            batch: Batch::new(!sink.key.is_empty()),
+            run: ctx.job_id.clone(),
             sink,
-            subtask: ctx.subtask,
             client: None,
-            rows: Vec::new(),
-            index: HashMap::new(),
         }
     }
 
-    fn error(&self, what: &str, e: impl std::fmt::Display) -> Error {
-        Error::Connector {
-            connector: "PostgreSQL".into(),
-            message: format!("{} (subtask {}): {what}: {e}", self.sink.table, self.subtask),
-        }
-    }
-
-    /// [`Self::error`] of a client error, with its causes: tokio-postgres's own text is the kind
-    /// alone (`db error`), the server's message (`ERROR: relation "t" does not exist`) its source.
-    fn client_error(&self, what: &str, e: &tokio_postgres::Error) -> Error {
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            message.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        self.error(what, message)
-    }
-
-    /// The connection, made at the first write (a writer is made in a synchronous factory).
+    /// The connection, made at the first write; in one transaction when exactly-once.
     async fn client(&mut self) -> Result<&tokio_postgres::Client> {
         if self.client.is_none() {
-            let (client, connection) = tokio_postgres::connect(&self.sink.connection, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| self.client_error("connect", &e))?;
-            tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("PostgreSQL connection ended: {e}");
-                }
-            });
-            client
-                .batch_execute("SET standard_conforming_strings = on")
-                .await
-                .map_err(|e| self.client_error("connect", &e))?;
+            let client = self.subtask.connect(&self.sink.connection).await?;
+            if self.sink.exactly_once {
+                transactional::ensure_marker_table(&client, &self.sink.marker_table, &self.subtask).await?;
+                client
+                    .batch_execute("BEGIN")
+                    .await
+                    .map_err(|e| self.subtask.client_error("begin", &e))?;
+            }
             self.client = Some(client);
         }
         self.client
             .as_ref()
-            .ok_or_else(|| self.error("connect", "no connection"))
+            .ok_or_else(|| self.subtask.error("connect", "no connection"))
     }
 
     /// Writes the buffered rows (one statement: all of them or none).
     async fn flush(&mut self) -> Result<()> {
-        if self.rows.is_empty() {
+        if self.batch.is_empty() {
             return Ok(());
         }
-        let sql = self.statement.statement(self.rows.iter().map(String::as_str));
-        let rows = self.rows.len();
+        let sql = self.statement.statement(self.batch.rows());
+        let rows = self.batch.len();
         let result = self.client().await?.batch_execute(&sql).await;
-        result.map_err(|e| self.client_error(&format!("upsert of {rows} rows"), &e))?;
-        self.rows.clear();
-        self.index.clear();
+        let what = if self.sink.key.is_empty() {
+            "insert"
+        } else {
+            "upsert"
+        };
+        result.map_err(|e| self.subtask.client_error(&format!("{what} of {rows} rows"), &e))?;
+        self.batch.clear();
         Ok(())
     }
 }
 
 #[async_trait]
-impl SinkWriter for UpsertWriter {
+impl SinkWriter for DirectWriter {
     async fn write(&mut self, bytes: Bytes) -> Result<()> {
         for frame in frames(&bytes) {
-            let text = std::str::from_utf8(frame).map_err(|e| self.error("row", e))?;
-            let (key, row) = text.split_once('\0').unwrap_or((text, ""));
-            if key.is_empty() && !row.starts_with('(') {
-                return Err(self.error("row", row));
-            }
-            match self.index.get(key) {
-                Some(&i) => self.rows[i] = row.to_string(),
-                None => {
-                    self.index.insert(key.to_string(), self.rows.len());
-                    self.rows.push(row.to_string());
-                }
-            }
-            if self.rows.len() >= self.sink.batch_rows {
+            self.batch.push(frame).map_err(|e| self.subtask.error("row", e))?;
+            if self.batch.len() >= self.sink.batch_rows {
                 self.flush().await?;
             }
         }
@@ -258,7 +368,40 @@ impl SinkWriter for UpsertWriter {
     }
 
     async fn close(mut self: Box<Self>) -> Result<()> {
-        self.flush().await
+        self.flush().await?;
+        if !self.sink.exactly_once {
+            return Ok(());
+        }
+        let marker = sql::Marker::new(
+            &self.sink.marker_table,
+            &self.sink.id(),
+            &self.run,
+            self.subtask.subtask,
+        );
+        let (subtask, table) = (self.subtask.clone(), self.sink.table.clone());
+        let client = self.client().await?;
+        let run = |sql: String, what: &'static str| {
+            let subtask = subtask.clone();
+            async move {
+                client
+                    .simple_query(&sql)
+                    .await
+                    .map_err(|e| subtask.client_error(what, &e))
+            }
+        };
+        let marked = transactional::first_number(&run(marker.claim(), "read the marker").await?);
+        if marked >= END_OF_INPUT {
+            run("ROLLBACK".into(), "roll back").await?;
+            tracing::warn!(
+                %table,
+                subtask = subtask.subtask,
+                "PostgreSQL sink: another attempt of this subtask committed the run's rows; this one's are rolled back"
+            );
+            return Ok(());
+        }
+        run(marker.set(END_OF_INPUT), "set the marker").await?;
+        run("COMMIT".into(), "commit").await?;
+        Ok(())
     }
 }
 
@@ -294,6 +437,21 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "PostgreSQL: table: expected name or schema.name, got \"public.\""
+        );
+    }
+
+    #[test]
+    fn an_exactly_once_sink_s_names_are_checked() {
+        let sink = PostgresSink::append("host=x", "events", &["a"]).unwrap();
+        assert_eq!(sink.id(), "events");
+        assert_eq!(
+            sink.clone().sink_id("a/b").unwrap_err().to_string(),
+            "PostgreSQL: sink id of events: expected a name without '/', got \"a/b\""
+        );
+        assert_eq!(sink.clone().sink_id("events-2").unwrap().id(), "events-2");
+        assert_eq!(
+            sink.marker_table("ops.").unwrap_err().to_string(),
+            "PostgreSQL: marker table: expected name or schema.name, got \"ops.\""
         );
     }
 

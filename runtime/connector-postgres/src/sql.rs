@@ -140,23 +140,28 @@ pub(crate) fn row(values: &[Value], out: &mut String) {
     out.push(')');
 }
 
-/// An upsert's text around its rows: `INSERT INTO t (c...) VALUES ` and ` ON CONFLICT (key...)
-/// DO UPDATE SET c = EXCLUDED.c` for the columns outside the key (`DO NOTHING` when every column
-/// is in it).
+/// An insert's text around its rows: `INSERT INTO t (c...) VALUES `, and for an upsert ` ON
+/// CONFLICT (key...) DO UPDATE SET c = EXCLUDED.c` for the columns outside the key (`DO NOTHING`
+/// when every column is in it).
 #[derive(Debug, Clone)]
-pub(crate) struct Upsert {
+pub(crate) struct Insert {
     prefix: String,
     suffix: String,
 }
 
-impl Upsert {
+impl Insert {
+    /// An upsert by `key`, or a plain insert when `key` is empty.
     pub(crate) fn new(table: &str, columns: &[String], key: &[String]) -> Self {
         let mut prefix = String::from("INSERT INTO ");
         table_name(&mut prefix, table);
         prefix.push_str(" (");
         list(&mut prefix, columns.iter());
         prefix.push_str(") VALUES ");
-        let mut suffix = String::from(" ON CONFLICT (");
+        let mut suffix = String::new();
+        if key.is_empty() {
+            return Insert { prefix, suffix };
+        }
+        suffix.push_str(" ON CONFLICT (");
         list(&mut suffix, key.iter());
         let rest: Vec<&String> = columns.iter().filter(|c| !key.contains(c)).collect();
         if rest.is_empty() {
@@ -172,7 +177,7 @@ impl Upsert {
                 identifier(&mut suffix, c);
             }
         }
-        Upsert { prefix, suffix }
+        Insert { prefix, suffix }
     }
 
     /// The statement for `rows` (each as [`row`] wrote it).
@@ -186,6 +191,70 @@ impl Upsert {
         }
         sql.push_str(&self.suffix);
         sql
+    }
+}
+
+/// The statements on a transactional sink's marker: one row per sink, job run and subtask
+/// (`sink`, `run`, `subtask`), holding the last checkpoint whose rows that subtask committed.
+#[derive(Debug, Clone)]
+pub(crate) struct Marker {
+    table: String,
+    /// `sink = '..' AND run = '..' AND subtask = n`.
+    row: String,
+    /// `'..', '..', n`.
+    values: String,
+}
+
+impl Marker {
+    pub(crate) fn new(table: &str, sink: &str, run: &str, subtask: u32) -> Self {
+        let mut quoted = String::new();
+        table_name(&mut quoted, table);
+        let (mut s, mut r) = (String::new(), String::new());
+        Value::from(sink).write_literal(&mut s);
+        Value::from(run).write_literal(&mut r);
+        Marker {
+            table: quoted,
+            row: format!("sink = {s} AND run = {r} AND subtask = {subtask}"),
+            values: format!("{s}, {r}, {subtask}"),
+        }
+    }
+
+    /// Whether the marker table is there (`t` or `f`): a user who may not create tables can
+    /// use one made for it (`CREATE TABLE IF NOT EXISTS` checks the privilege first).
+    pub(crate) fn exists(&self) -> String {
+        let mut name = String::new();
+        Value::from(self.table.as_str()).write_literal(&mut name);
+        format!("SELECT to_regclass({name}) IS NOT NULL")
+    }
+
+    /// Creates the marker table if it is not there.
+    pub(crate) fn create(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (sink text NOT NULL, run text NOT NULL, \
+             subtask integer NOT NULL, checkpoint bigint NOT NULL, PRIMARY KEY (sink, run, subtask))",
+            self.table
+        )
+    }
+
+    /// Inside a transaction: makes the row if it is not there and locks it, answering its
+    /// checkpoint. A second writer of the same row (an attempt declared lost that still runs)
+    /// waits here until the first commits or rolls back, then reads what it left.
+    pub(crate) fn claim(&self) -> String {
+        format!(
+            "INSERT INTO {t} (sink, run, subtask, checkpoint) VALUES ({v}, 0) ON CONFLICT DO NOTHING; \
+             SELECT checkpoint FROM {t} WHERE {w} FOR UPDATE",
+            t = self.table,
+            v = self.values,
+            w = self.row
+        )
+    }
+
+    /// Inside the same transaction: the checkpoint whose rows it commits.
+    pub(crate) fn set(&self, checkpoint: u64) -> String {
+        format!(
+            "UPDATE {} SET checkpoint = {checkpoint} WHERE {}",
+            self.table, self.row
+        )
     }
 }
 
@@ -225,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn an_upsert_updates_the_columns_outside_the_key() {
+    fn an_upsert_updates_the_columns_outside_the_key_and_an_append_inserts() {
         let cols = ["word".to_string(), "n".to_string()];
         let key = ["word".to_string()];
         let rows: Vec<String> = [vec!["a".into(), 1i64.into()], vec!["b\"".into(), 2i64.into()]]
@@ -237,13 +306,29 @@ mod tests {
             })
             .collect();
         assert_eq!(
-            Upsert::new("public.counts", &cols, &key).statement(rows.iter().map(String::as_str)),
+            Insert::new("public.counts", &cols, &key).statement(rows.iter().map(String::as_str)),
             "INSERT INTO \"public\".\"counts\" (\"word\", \"n\") VALUES ('a', 1), ('b\"', 2) \
              ON CONFLICT (\"word\") DO UPDATE SET \"n\" = EXCLUDED.\"n\""
         );
         assert_eq!(
-            Upsert::new("t", &key, &key).statement(["('a')"].into_iter()),
+            Insert::new("t", &key, &key).statement(["('a')"].into_iter()),
             "INSERT INTO \"t\" (\"word\") VALUES ('a') ON CONFLICT (\"word\") DO NOTHING"
         );
+        assert_eq!(
+            Insert::new("t", &cols, &[]).statement(["('a', 1)", "('a', 2)"].into_iter()),
+            "INSERT INTO \"t\" (\"word\", \"n\") VALUES ('a', 1), ('a', 2)"
+        );
+    }
+
+    #[test]
+    fn a_marker_row_is_named_by_sink_run_and_subtask() {
+        let m = Marker::new("floe_sink_commits", "it's", "run1", 3);
+        assert_eq!(
+            m.set(7),
+            "UPDATE \"floe_sink_commits\" SET checkpoint = 7 WHERE sink = 'it''s' AND run = 'run1' AND subtask = 3"
+        );
+        assert!(m.claim().starts_with(
+            "INSERT INTO \"floe_sink_commits\" (sink, run, subtask, checkpoint) VALUES ('it''s', 'run1', 3, 0) ON CONFLICT DO NOTHING; SELECT checkpoint"
+        ));
     }
 }

@@ -55,6 +55,23 @@ struct Position {
     known: BTreeMap<String, i32>,
 }
 
+/// The place of a reader that never started (a checkpoint taken before its first poll, which is
+/// when it resolves its partitions): the partitions subtask `subtask` of `parallelism` owns, from
+/// the starting offsets. Before, such a reader's place was no position at all, and a restore of
+/// that checkpoint read none of its partitions (a bounded job finished without them; an
+/// unbounded one never read them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Unstarted {
+    subtask: u32,
+    parallelism: u32,
+}
+
+/// How an [`Unstarted`] place is written in a checkpoint: `{"unstarted":{...}}`.
+#[derive(Debug, Serialize, Deserialize)]
+struct UnstartedPosition {
+    unstarted: Unstarted,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Owned {
     next: i64,
@@ -93,6 +110,9 @@ pub struct KafkaSourceReader<T> {
     parallelism: u32,
     /// `None`: a fresh start; `Some(positions)` the positions a restore dealt this subtask.
     restored: Option<Vec<Position>>,
+    /// The places of readers that never started which a restore dealt this subtask: their
+    /// partitions are this reader's, from the starting offsets.
+    unstarted: Vec<Unstarted>,
     started: bool,
     owned: BTreeMap<(String, i32), Owned>,
     known: BTreeMap<String, i32>,
@@ -160,19 +180,25 @@ impl<T: Data> KafkaSourceReader<T> {
             ),
             Subscription::Topics(_) => None,
         };
+        let mut unstarted = Vec::new();
         let restored = match &ctx.restored {
             None => None,
-            Some((checkpoint, positions)) => Some(
-                positions
-                    .iter()
-                    .map(|p| {
-                        serde_json::from_str::<Position>(p).map_err(|e| floe_datastream::Error::Restore {
+            Some((checkpoint, positions)) => {
+                let mut restored = Vec::new();
+                for p in positions {
+                    if let Ok(u) = serde_json::from_str::<UnstartedPosition>(p) {
+                        unstarted.push(u.unstarted);
+                        continue;
+                    }
+                    restored.push(serde_json::from_str::<Position>(p).map_err(|e| {
+                        floe_datastream::Error::Restore {
                             checkpoint: *checkpoint,
                             message: format!("Kafka source position {p:?}: {e}"),
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-            ),
+                        }
+                    })?);
+                }
+                Some(restored)
+            }
         };
         Ok(KafkaSourceReader {
             deserialize,
@@ -180,6 +206,7 @@ impl<T: Data> KafkaSourceReader<T> {
             subtask: ctx.subtask,
             parallelism: ctx.parallelism,
             restored,
+            unstarted,
             started: false,
             owned: BTreeMap::new(),
             known: BTreeMap::new(),
@@ -363,6 +390,25 @@ impl<T: Data> KafkaSourceReader<T> {
                 // takes what exists now as known (a partition created between the checkpoint
                 // and this restore whose owner is such a subtask is read by no one).
                 self.known = if positions.is_empty() { now.clone() } else { known };
+                // The partitions of readers that never started, from the starting offsets, as
+                // those readers would have taken them.
+                if !self.unstarted.is_empty() {
+                    let unstarted = self.unstarted.clone();
+                    let fresh: Vec<(String, i32)> = now
+                        .iter()
+                        .flat_map(|(t, n)| (0..*n).map(move |p| (t.clone(), p)))
+                        .filter(|(t, p)| {
+                            unstarted.iter().any(|u| owner(t, *p, u.parallelism) == u.subtask)
+                                && !self.owned.contains_key(&(t.clone(), *p))
+                        })
+                        .collect();
+                    let resolved = self.resolve(fresh, self.options.starting_offsets).await?;
+                    self.owned.extend(resolved);
+                    for (t, n) in &now {
+                        let k = self.known.entry(t.clone()).or_insert(0);
+                        *k = (*k).max(*n);
+                    }
+                }
                 self.adopt(now).await?;
             }
         }
@@ -415,6 +461,32 @@ impl<T: Data> KafkaSourceReader<T> {
                 stop: o.stop,
                 known: self.known.clone(),
             })
+            .collect()
+    }
+
+    /// The places of readers that never started this reader stands for: its own before its
+    /// first poll on a fresh start, or those a restore dealt it until it starts.
+    fn unstarted_places(&self) -> Vec<Unstarted> {
+        match (self.started, &self.restored) {
+            (true, _) => Vec::new(),
+            (false, None) => vec![Unstarted {
+                subtask: self.subtask,
+                parallelism: self.parallelism,
+            }],
+            (false, Some(_)) => self.unstarted.clone(),
+        }
+    }
+
+    /// `positions` and the [`Unstarted`] places as a checkpoint keeps them.
+    fn position_strings(&self, positions: &[Position]) -> Vec<String> {
+        let unstarted = self
+            .unstarted_places()
+            .into_iter()
+            .map(|unstarted| UnstartedPosition { unstarted });
+        positions
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap_or_default())
+            .chain(unstarted.map(|u| serde_json::to_string(&u).unwrap_or_default()))
             .collect()
     }
 
@@ -555,10 +627,7 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
     }
 
     fn positions(&self) -> Vec<String> {
-        self.current_positions()
-            .iter()
-            .map(|p| serde_json::to_string(p).unwrap_or_default())
-            .collect()
+        self.position_strings(&self.current_positions())
     }
 
     /// The positions, and with a group id the offsets to commit once `checkpoint` completes.
@@ -574,10 +643,7 @@ impl<T: Data> SourceReader<T> for KafkaSourceReader<T> {
                 self.pending_commits.pop_first();
             }
         }
-        positions
-            .iter()
-            .map(|p| serde_json::to_string(p).unwrap_or_default())
-            .collect()
+        self.position_strings(&positions)
     }
 
     /// Commits to the group the offsets of the newest snapshot `checkpoint` covers (its own, or

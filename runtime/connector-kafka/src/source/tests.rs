@@ -159,3 +159,36 @@ fn positions_round_trip() {
     let text = serde_json::to_string(&p).unwrap();
     assert_eq!(serde_json::from_str::<Position>(&text).unwrap(), p);
 }
+
+/// A checkpoint taken before a reader's first poll (a trigger already queued when its task
+/// starts) keeps the reader's place as unstarted, not as no partitions at all; a reader restored
+/// from it keeps that place until it starts, and takes the unstarted reader's partitions then
+/// (the broker test `a_checkpoint_taken_before_the_reader_started_reads_its_partitions`).
+#[test]
+fn an_unstarted_reader_s_place_survives_a_checkpoint() {
+    let options = Arc::new(SourceOptions::new(
+        "127.0.0.1:1",
+        Subscription::Topics(vec!["t".into()]),
+    ));
+    let mut ctx = event_time_context();
+    ctx.subtask = 1;
+    ctx.parallelism = 3;
+    let fresh = KafkaSourceReader::new(options.clone(), crate::records::value_bytes(), &ctx).unwrap();
+    let places = fresh.positions();
+    assert_eq!(places, [r#"{"unstarted":{"subtask":1,"parallelism":3}}"#]);
+
+    // Restored (after a rescale to 2) with that place and another subtask's position.
+    let position = r#"{"topic":"t","partition":0,"offset":7,"known":{"t":3}}"#.to_string();
+    ctx.subtask = 0;
+    ctx.parallelism = 2;
+    ctx.restored = Some((4, vec![places[0].clone(), position.clone()]));
+    let restored = KafkaSourceReader::new(options, crate::records::value_bytes(), &ctx).unwrap();
+    assert_eq!(
+        restored.unstarted,
+        [Unstarted {
+            subtask: 1,
+            parallelism: 3
+        }]
+    );
+    assert_eq!(restored.positions(), [position, places[0].clone()]);
+}
