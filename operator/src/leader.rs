@@ -5,7 +5,7 @@
 //! Deployment restarts it as a candidate. [`while_leading`] is that rule, apart from the API.
 //!
 //! A holder cut off from the API server cannot renew, and its Lease ends for the others after
-//! [`LEASE_DURATION_S`]; `kube-lease-manager` keeps saying "leading" meanwhile (its renewal
+//! `LEASE_DURATION_S`; `kube-lease-manager` keeps saying "leading" meanwhile (its renewal
 //! errors are retried, never reported), so a cut-off holder would go on reconciling beside its
 //! successor. [`renewal_watchdog`] is the renew deadline Kubernetes' own leader election has: the
 //! holder reads its Lease every [`CHECK_EVERY`], and stops once it has not seen it held by itself
@@ -30,7 +30,7 @@ const LEASE_DURATION_S: u64 = 15;
 /// A holder renews this long before its Lease ends (the clock skew the election tolerates).
 const LEASE_GRACE_S: u64 = 5;
 /// A holder that has not seen its Lease held and renewed for this long stops: before the Lease can
-/// have ended for the other replicas ([`LEASE_DURATION_S`]), with the grace to spare. (10 s: the
+/// have ended for the other replicas (`LEASE_DURATION_S`), with the grace to spare. (10 s: the
 /// [`LostLeadership::NotRenewed`] message says so.)
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(LEASE_DURATION_S - LEASE_GRACE_S);
 /// How often a holder reads its Lease.

@@ -4,7 +4,7 @@
 //! connection silently: no reset arrives, and a call on it waits as long as the partition lasts.
 //! When the peer was replaced meanwhile (a JobManager that took over at the same Service address,
 //! a pod rescheduled) the old connection never comes back, and without pings a TaskManager would
-//! heartbeat into it for ever. A ping that goes unanswered for [`KEEP_ALIVE_TIMEOUT`] closes the
+//! heartbeat into it for ever. A ping that goes unanswered for the keep-alive's timeout closes the
 //! connection; the channel then connects anew, to whatever answers at the address now.
 //!
 //! The control plane (heartbeats, registration, deployments, checkpoint calls) uses

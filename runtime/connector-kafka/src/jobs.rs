@@ -177,7 +177,7 @@ pub fn register(registry: &mut JobRegistry) {
     registry.register_declared("kafka-windowed-count", KAFKA_WINDOWED_COUNT, kafka_windowed_count);
 }
 
-/// The source's options from the arguments [`SOURCE_ARGS`] declares (`job` names the job in
+/// The source's options from the arguments [`SERVERS`] to [`DISCOVERY`] declare (`job` names the job in
 /// errors).
 pub fn source_options(job: &str, a: &JobArgValues) -> Result<SourceOptions> {
     let subscription = match (a.get("topic"), a.get("topic-pattern")) {

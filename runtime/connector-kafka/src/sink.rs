@@ -9,7 +9,7 @@
 //! of the same transactional id aborts it). So the records of a checkpoint are kept until it
 //! completes, as a write-ahead log in the job's storage (streamed into an object as they come, a
 //! few parts in memory: [`floe_write_ahead`]), and written then, by a commit task of the sink's
-//! own while records go on ([`crate::commit`]), in one transaction that also commits a marker,
+//! own while records go on (`commit.rs`), in one transaction that also commits a marker,
 //! the checkpoint's id as the offset of a consumer
 //! group of the sink's own (`{prefix}-{subtask}-{run}-commits`), atomically with the records. A
 //! restore writes each pending checkpoint whose marker is below its id and skips the others:

@@ -46,6 +46,25 @@ pub const DEFAULT_MARKER_TABLE: &str = "floe_sink_commits";
 
 /// Where and how a stream is written: the connection, the table, its columns in the order the
 /// rows give them, its primary key (none: rows are appended), and the guarantee.
+///
+/// ```
+/// use floe_connector_postgres::{PostgresSink, PostgresSinkExt};
+/// use floe_datastream::StreamExecutionEnvironment;
+///
+/// let env = StreamExecutionEnvironment::new();
+/// let counts = env.from_collection(vec![("to".to_string(), 2u64), ("be".to_string(), 2)]);
+/// // CREATE TABLE word_counts (word text PRIMARY KEY, count bigint); the connection is made when
+/// // the first rows are written, not here.
+/// let sink = PostgresSink::upsert("host=db user=app dbname=app", "word_counts", &["word", "count"], &["word"])?
+///     .exactly_once();
+/// counts.sink_to_postgres(sink, |(word, n): &(String, u64)| vec![word.as_str().into(), (*n).into()]);
+/// env.build()?;
+///
+/// // Arguments are checked when the sink is made, naming what is wrong.
+/// let e = PostgresSink::upsert("host=db", "word_counts", &["word", "count"], &["id"]).unwrap_err();
+/// assert_eq!(e.to_string(), r#"PostgreSQL: key of word_counts: "id" is not one of the columns ["word", "count"]"#);
+/// # Ok::<(), floe_datastream::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct PostgresSink {
     connection: String,

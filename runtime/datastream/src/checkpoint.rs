@@ -1,6 +1,6 @@
 //! Checkpoints inside a task (DESIGN.md "State and checkpoints", seed 001 section 3.3): what a task
 //! hands its TaskManager at a barrier ([`ChainSnapshot`], the synchronous part of its snapshot),
-//! what a restored task starts from ([`TaskRestore`], [`KeyedStateInit`]), and [`Keyed`], where a
+//! what a restored task starts from ([`TaskRestore`], [`KeyedStateInit`]), and `Keyed`, where a
 //! keyed operator keeps its per-key values: as objects on the heap (`hashmap`, written to a full
 //! snapshot at each checkpoint) or as bytes in a [`KeyedStateBackend`] read and written on every
 //! record (`rocksdb`).
@@ -185,7 +185,7 @@ pub struct TaskRestore {
     /// rescale those of the old subtasks given to it).
     pub in_flight: Vec<String>,
     /// The schema each keyed state was written with, from the keyed snapshots restored
-    /// ([`crate::state::evolution`]).
+    /// (`state/evolution.rs`).
     pub schemas: std::collections::BTreeMap<String, String>,
 }
 
@@ -277,7 +277,7 @@ pub(crate) struct StoreTable {
     pub(crate) failure: Option<String>,
     /// The per-entry states checked for a switched time to live.
     declared: std::collections::HashSet<String>,
-    /// The schemas of the states restored and declared ([`crate::state::evolution`]).
+    /// The schemas of the states restored and declared (`state/evolution.rs`).
     schemas: StateSchemas,
 }
 

@@ -46,7 +46,7 @@ impl std::str::FromStr for RuntimeMode {
 /// time it waited for input (idle) and for output buffers (backpressured), Flink's
 /// `idleTimeMsPerSecond` and `backPressuredTimeMsPerSecond`; busy time is the rest of its running
 /// time. A wait is timed only when the future it waits on is not ready at once
-/// ([`TaskMetrics::waiting`]), so a task that never waits pays one poll per buffer and no clock.
+/// (`TaskMetrics::waiting`), so a task that never waits pays one poll per buffer and no clock.
 #[derive(Debug)]
 pub struct TaskMetrics {
     pub records_in: AtomicU64,

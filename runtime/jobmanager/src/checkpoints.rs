@@ -207,7 +207,7 @@ impl JobCheckpoints {
     /// What subtask `subtask` of vertex `vertex` (whose state owners are `owners`) at
     /// `parallelism` restores from the latest checkpoint, whatever parallelism and vertex its
     /// state had when it was taken (one mechanism for a restart, a rescale and a savepoint
-    /// upgrade: [`floe_checkpoint::redistribute`]). Each part of the state comes from the vertex
+    /// upgrade: [`floe_checkpoint::redistribute()`]). Each part of the state comes from the vertex
     /// its operator was in then ([`floe_checkpoint::owners`]). `None` without a checkpoint, or
     /// when it holds nothing of the vertex's operators.
     pub fn restore_for(

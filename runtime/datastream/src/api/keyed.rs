@@ -19,6 +19,23 @@ use crate::task::KeyHasher;
 use crate::types::KeyMap;
 
 /// A stream partitioned by key (Flink's `KeyedStream`); its aggregations keep per-key state.
+///
+/// Every record of a key goes to the same subtask, and a keyed operator sees the state of the
+/// record's key only:
+///
+/// ```
+/// use floe_datastream::StreamExecutionEnvironment;
+///
+/// let env = StreamExecutionEnvironment::new();
+/// let bids = env.from_collection(vec![("ada".to_string(), 30u64), ("bob".to_string(), 5), ("ada".to_string(), 12)]);
+/// // Each user's highest bid so far, one update per bid.
+/// bids.key_by(|b: &(String, u64)| b.0.clone())
+///     .reduce(|a, b| if a.1 >= b.1 { a } else { b })
+///     .uid("highest-bid")
+///     .print();
+/// env.build()?;
+/// # Ok::<(), floe_datastream::Error>(())
+/// ```
 pub struct KeyedStream<T, K> {
     pub(crate) stream: DataStream<T>,
     pub(crate) key: KeyFn<T, K>,

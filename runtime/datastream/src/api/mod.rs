@@ -139,6 +139,34 @@ pub const DEFAULT_BUFFER_SIZE: usize = 32 * 1024;
 pub const DEFAULT_BUFFER_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// The entry point of a job: configuration plus the stream graph being recorded.
+///
+/// A job is a function that records its graph on the environment; `floe run -f` (or the
+/// JobManager) builds the graph and deploys it.
+///
+/// ```
+/// use floe_datastream::{Collector, Result, StreamExecutionEnvironment};
+///
+/// fn word_counts(env: &mut StreamExecutionEnvironment, _args: &[String]) -> Result<()> {
+///     env.from_collection(vec!["to be or not to be".to_string()])
+///         .flat_map(|line: String, out: &mut dyn Collector<(String, u64)>| {
+///             for word in line.split(' ') {
+///                 out.collect((word.to_string(), 1));
+///             }
+///         })
+///         .key_by(|p: &(String, u64)| p.0.clone())
+///         .sum()
+///         .uid("counts")
+///         .print();
+///     Ok(())
+/// }
+///
+/// let mut env = StreamExecutionEnvironment::new();
+/// word_counts(&mut env, &[])?;
+/// let job = env.build()?;
+/// // The keyed sum keeps its counts as keyed state, under the uid the job gave it.
+/// assert!(job.operators().iter().any(|o| o.uid == "counts" && o.state.contains(&"keyed")));
+/// # Ok::<(), floe_datastream::Error>(())
+/// ```
 pub struct StreamExecutionEnvironment {
     pub(crate) shared: Arc<Mutex<Shared>>,
     pub(crate) configuration: BTreeMap<String, String>,
@@ -522,7 +550,22 @@ fn push_node(shared: &Mutex<Shared>, node: StreamNode) -> usize {
     g.nodes.len() - 1
 }
 
-/// A stream of records of type `T` (Flink's `DataStream`).
+/// A stream of records of type `T` (Flink's `DataStream`): each transformation records an
+/// operator and gives the stream of its output.
+///
+/// ```
+/// use floe_datastream::{DataStream, StreamExecutionEnvironment};
+///
+/// let env = StreamExecutionEnvironment::new();
+/// let readings: DataStream<(String, f64)> =
+///     env.from_collection(vec![("kitchen".to_string(), 21.5), ("attic".to_string(), 35.0)]);
+/// let fahrenheit = readings.map(|(room, c): (String, f64)| (room, c * 9.0 / 5.0 + 32.0));
+/// let hot = fahrenheit.filter(|(_, f): &(String, f64)| *f > 90.0).name("Hot rooms");
+/// let alarms = env.from_collection(vec![("garage".to_string(), 140.0)]);
+/// hot.union(&[&alarms]).print();
+/// assert!(env.build()?.operators().iter().any(|o| o.name.contains("Hot rooms")));
+/// # Ok::<(), floe_datastream::Error>(())
+/// ```
 pub struct DataStream<T> {
     pub(crate) shared: Arc<Mutex<Shared>>,
     pub(crate) node: usize,

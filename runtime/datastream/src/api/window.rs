@@ -16,6 +16,28 @@ use crate::operators::window::{
 use crate::operators::{OutputTag, Prototype};
 
 /// A keyed stream whose elements go into windows; a window function makes it a stream again.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use floe_datastream::{StreamExecutionEnvironment, TumblingEventTimeWindows, WatermarkStrategy};
+///
+/// let env = StreamExecutionEnvironment::new();
+/// // (user, clicks, event time in ms)
+/// let clicks = env
+///     .from_collection(vec![("ada".to_string(), 1u64, 1_000i64), ("ada".to_string(), 1, 61_000)])
+///     .assign_timestamps_and_watermarks(
+///         WatermarkStrategy::for_monotonous_timestamps().with_timestamp_assigner(|c: &(String, u64, i64), _| c.2),
+///     );
+/// // Clicks per user and minute of event time, emitted when the watermark passes the minute.
+/// clicks
+///     .key_by(|c: &(String, u64, i64)| c.0.clone())
+///     .window(TumblingEventTimeWindows::of(Duration::from_secs(60)))
+///     .reduce(|a, b| (a.0, a.1 + b.1, a.2.max(b.2)))
+///     .print();
+/// env.build()?;
+/// # Ok::<(), floe_datastream::Error>(())
+/// ```
 pub struct WindowedStream<T, K> {
     keyed: KeyedStream<T, K>,
     assigner: WindowAssigner,

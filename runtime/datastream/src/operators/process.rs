@@ -170,7 +170,7 @@ impl<K, S: Default> KeyedContext<'_, K, S> {
     }
 }
 
-/// Per-entry state (Flink's descriptors; see [`crate::state::entries`]): each access reads or
+/// Per-entry state (Flink's descriptors; see `state/entries.rs`): each access reads or
 /// writes one entry of the current key, whatever the size of its map or list.
 impl<'a, K: Data + Hash + Eq, S> KeyedContext<'a, K, S> {
     /// Whether the key's state is objects on the heap (nothing encoded per access), rather than
