@@ -9,6 +9,8 @@
 //!   restore issues them again, and no word is lost or counted twice.
 //! - `ordered_enrichment_equals_the_reference`: ordered results, one TaskManager, no fault.
 //! - `a_service_that_never_answers_fails_the_job_naming_the_operator_and_the_timeout`.
+//! - `a_lookup_waiting_on_a_slow_service_is_idle_not_busy`: 200 ms per answer, two requests in
+//!   flight per subtask: the lookup task's time is idle, as Flink counts an async operator's wait.
 //! - `the_example_runs_against_the_example_service`: `examples/http-enrich.yaml` through `floe run
 //!   -f` against `examples/lookup-service.py`, as the README and the manifest say to run them.
 
@@ -71,6 +73,13 @@ fn start_service() -> (String, Arc<AtomicU64>) {
                             Ok(region(&word))
                         },
                     ),
+                )
+                .route(
+                    "/slow/{word}",
+                    axum::routing::get(|UrlPath(word): UrlPath<String>| async move {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        region(&word)
+                    }),
                 )
                 .route(
                     "/hang/{word}",
@@ -213,6 +222,55 @@ fn ordered_enrichment_equals_the_reference() {
     let end = ended(&cluster, &id, Duration::from_secs(180));
     assert_eq!(end["state"], "FINISHED", "{end}");
     assert_streaming_lines(output_lines(&dir.join("out")), &reference(SEED, records));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_lookup_waiting_on_a_slow_service_is_idle_not_busy() {
+    let (url, _) = start_service();
+    let dir = scratch("async-io-slow");
+    let cluster = cluster_in(&dir, 1, 2);
+    // 2 subtasks x 2 requests in flight x 5 answers a second: 40 lines' words take some 10 s.
+    let args = [
+        ("url", format!("{url}/slow/")),
+        ("records", "40".into()),
+        ("capacity", "2".into()),
+        ("timeout-ms", "5000".into()),
+    ];
+    let id = submit(&cluster, &dir, &args, false);
+    let job = get(&cluster, &format!("/jobs/{id}"));
+    let lookup = job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str().unwrap_or("").contains("AsyncWait"))
+        .unwrap_or_else(|| panic!("no AsyncWait vertex: {job}"))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Two readings of the lookup's first subtask, a second apart, once it has rates.
+    let reading = || {
+        wait_for("the lookup's time rates", Duration::from_secs(60), || {
+            let v = get(&cluster, &format!("/jobs/{id}/vertices/{lookup}"));
+            let m = v["subtasks"][0]["metrics"].clone();
+            m["busyTimeMsPerSecond"].as_f64().map(|_| m)
+        })
+    };
+    for _ in 0..2 {
+        let m = reading();
+        let (busy, idle) = (
+            m["busyTimeMsPerSecond"].as_f64().unwrap(),
+            m["idleTimeMsPerSecond"].as_f64().unwrap(),
+        );
+        println!("lookup subtask 0: busy {busy:.0} ms/s, idle {idle:.0} ms/s");
+        assert!(
+            busy < 300.0 && idle > 600.0,
+            "waiting on requests is idle time: {m}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let end = ended(&cluster, &id, Duration::from_secs(120));
+    assert_eq!(end["state"], "FINISHED", "{end}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -721,6 +721,16 @@ impl Task {
                     tokio::pin!(next);
                     loop {
                         let blocked = task.head.async_blocked();
+                        // Held back by an async operator at its capacity, the task waits on
+                        // the operator's requests, not working: idle time, as Flink's mailbox
+                        // counts an AsyncWaitOperator's yield (before, it counted as busy, and a
+                        // lookup task waiting on a slow service read as saturated).
+                        let blocked_since = blocked.then(Instant::now);
+                        let waited = || {
+                            if let Some(since) = blocked_since {
+                                metrics.add_wait(Wait::Input, since.elapsed());
+                            }
+                        };
                         let input = async {
                             if blocked {
                                 std::future::pending().await
@@ -743,6 +753,7 @@ impl Task {
                         tokio::select! {
                             biased;
                             () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => {
+                                waited();
                                 let flush = due(last_flush);
                                 task.flush(flush).await?;
                                 if flush {
@@ -750,12 +761,17 @@ impl Task {
                                 }
                             }
                             r = input => break r?,
-                            control = task.checkpoints.recv() => task.control(control, false).await?,
+                            control = task.checkpoints.recv() => {
+                                waited();
+                                task.control(control, false).await?;
+                            }
                             _ = tick => {
+                                waited();
                                 task.flush(true).await?;
                                 last_flush = Instant::now();
                             }
                             _ = time_tick => {
+                                waited();
                                 // Stopped: no processing-time timer fires after the savepoint.
                                 if !stopped {
                                     task.tick().await?;
@@ -805,11 +821,14 @@ impl Task {
         if !stopped && !finished {
             task.head.finish();
             task.flush(true).await?;
-            // An async operator finishes the rest of its chain once its last request completed.
+            // An async operator finishes the rest of its chain once its last request completed
+            // (waiting on requests is idle time, as above).
             while task.head.async_busy() {
                 tokio::select! {
                     biased;
-                    () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => task.flush(true).await?,
+                    () = metrics.waiting(Wait::Input, std::future::poll_fn(|cx| task.head.poll_async(cx))) => {
+                        task.flush(true).await?
+                    }
                     control = task.checkpoints.recv() => task.control(control, is_source).await?,
                 }
             }

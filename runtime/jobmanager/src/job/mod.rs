@@ -239,8 +239,6 @@ pub struct JobMaster {
     /// the producer's own failure, when it arrives, becomes the job's failure instead (a consumer
     /// may notice a producer's end before the producer's report reaches the JobManager).
     failure_followed_input: Option<String>,
-    /// The failure being applied followed its input's (set around `on_failure_of`).
-    applying_followed_input: bool,
     /// Adaptive batch scheduling: the decider, when some vertex's parallelism is decided at run time.
     decider: Option<floe_scheduler::adaptive::AdaptiveBatchParallelismDecider>,
     /// Decisions applied, by vertex index.
@@ -401,7 +399,6 @@ impl JobMaster {
             not_recoverable: None,
             followed_input: None,
             failure_followed_input: None,
-            applying_followed_input: false,
             decider,
             decisions: BTreeMap::new(),
             deciding: std::collections::BTreeSet::new(),
@@ -833,10 +830,8 @@ impl JobMaster {
                 let cause = error.unwrap_or_else(|| "task failed".into());
                 let cause = format!("{} failed: {cause}", self.graph.task_name(v));
                 let recoverable = self.not_recoverable.take().as_ref() != Some(id);
-                self.applying_followed_input = self.followed_input.take().as_ref() == Some(id);
-                let actions = self.on_failure_of(&[v], cause, recoverable);
-                self.applying_followed_input = false;
-                actions
+                let followed_input = self.followed_input.take().as_ref() == Some(id);
+                self.on_failure_of(&[v], cause, recoverable, followed_input)
             }
             _ => Vec::new(),
         }
@@ -924,6 +919,7 @@ impl JobMaster {
             true,
             joins,
             Some(tm),
+            false,
         )
     }
 
@@ -1002,18 +998,20 @@ impl JobMaster {
     /// Region failover for executions that failed together, or the end of the job when the restart
     /// strategy is exhausted.
     fn on_failure(&mut self, failed: &[ExecutionVertexId], cause: String) -> Vec<Action> {
-        self.on_failure_of(failed, cause, true)
+        self.on_failure_of(failed, cause, true, false)
     }
 
-    /// [`JobMaster::on_failure`]; a failure that is not `recoverable` ends the job at once.
+    /// [`JobMaster::on_failure`]; a failure that is not `recoverable` ends the job at once;
+    /// `followed_input`: the failure followed its input's (see [`JobMaster::fail_over`]).
     fn on_failure_of(
         &mut self,
         failed: &[ExecutionVertexId],
         cause: String,
         recoverable: bool,
+        followed_input: bool,
     ) -> Vec<Action> {
         let joins = self.episode.joins_tasks(&self.taskmanagers_of(failed));
-        self.fail_over(failed, cause, recoverable, joins, None)
+        self.fail_over(failed, cause, recoverable, joins, None, followed_input)
     }
 
     /// Where these executions' current attempts run (or ran).
@@ -1027,7 +1025,8 @@ impl JobMaster {
 
     /// The failover of executions that failed together. `joins`: the failure is part of the
     /// restart strategy's latest counted one ([`FailureEpisode`]); `lost`: the TaskManager whose
-    /// loss it is.
+    /// loss it is; `followed_input`: a task's failure that followed its input's (a producer it
+    /// read stopped), which gives way to the producer's own as the job's failure if that comes.
     fn fail_over(
         &mut self,
         failed: &[ExecutionVertexId],
@@ -1035,6 +1034,7 @@ impl JobMaster {
         recoverable: bool,
         joins: bool,
         lost: Option<&str>,
+        followed_input: bool,
     ) -> Vec<Action> {
         if let Some(c) = self.checkpoints.as_mut() {
             c.abort(None, &cause, history_now_ms());
@@ -1081,7 +1081,7 @@ impl JobMaster {
             }
             RestartDecision::Fail(why) => {
                 self.failure = Some(format!("{cause} ({why})"));
-                self.failure_followed_input = self.applying_followed_input.then_some(why);
+                self.failure_followed_input = followed_input.then_some(why);
                 self.status = JobStatus::Failing;
                 let mut actions = self.cancel_all();
                 actions.extend(self.maybe_terminal());
