@@ -127,6 +127,18 @@ fn submit(
     )
 }
 
+/// The job's vertex whose chain the async lookup heads.
+fn lookup_vertex(cluster: &floe::local_cluster::LocalCluster, id: &str) -> serde_json::Value {
+    let job = get(cluster, &format!("/jobs/{id}"));
+    job["vertices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str().unwrap_or("").contains("AsyncWait"))
+        .unwrap_or_else(|| panic!("no AsyncWait vertex: {job}"))
+        .clone()
+}
+
 /// The number of records in flight that the retained checkpoints of `dir`'s job storage hold.
 fn records_in_flight_in_checkpoints(dir: &Path) -> usize {
     let mut found = 0;
@@ -176,14 +188,7 @@ fn enrichment_equals_the_reference_across_a_taskmanager_kill() {
         Duration::from_secs(60),
         || (records_in_flight_in_checkpoints(&dir) > 0).then_some(()),
     );
-    let job = get(&cluster, &format!("/jobs/{id}"));
-    let lookup = job["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"].as_str().unwrap_or("").contains("AsyncWait"))
-        .unwrap_or_else(|| panic!("no AsyncWait vertex: {job}"))
-        .clone();
+    let lookup = lookup_vertex(&cluster, &id);
     let victim = lookup["subtasks"][0]["taskmanager-id"]
         .as_str()
         .unwrap()
@@ -238,16 +243,7 @@ fn a_lookup_waiting_on_a_slow_service_is_idle_not_busy() {
         ("timeout-ms", "5000".into()),
     ];
     let id = submit(&cluster, &dir, &args, false);
-    let job = get(&cluster, &format!("/jobs/{id}"));
-    let lookup = job["vertices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"].as_str().unwrap_or("").contains("AsyncWait"))
-        .unwrap_or_else(|| panic!("no AsyncWait vertex: {job}"))["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let lookup = lookup_vertex(&cluster, &id)["id"].as_str().unwrap().to_string();
     // Two readings of the lookup's first subtask, a second apart, once it has rates.
     let reading = || {
         wait_for("the lookup's time rates", Duration::from_secs(60), || {
