@@ -77,7 +77,7 @@ pub use state::entries::{
 };
 pub use state::ttl::{StateTtlConfig, StateTtlConfigBuilder, StateVisibility, UpdateType};
 pub use state::{ListState, MapState, ValueState};
-pub use task::{BufferPools, Task, TaskContext, TaskMetrics};
+pub use task::{BufferPools, HeldOutputs, Task, TaskContext, TaskFailure, TaskMetrics};
 pub use time::timers::TimeDomain;
 pub use time::{
     AUTO_WATERMARK_INTERVAL_KEY, DEFAULT_AUTO_WATERMARK_INTERVAL, MAX_WATERMARK, MIN_WATERMARK,

@@ -625,11 +625,41 @@ impl Running {
     }
 }
 
+/// A task's failure, with its outputs unfinished: their consumers see them end (and fail, their
+/// input gone) only when [`HeldOutputs`] is dropped.
+#[derive(Debug)]
+pub struct TaskFailure {
+    pub error: Error,
+    pub outputs: HeldOutputs,
+}
+
+/// A failed task's result partition writers, not finished: dropping them ends their partitions.
+pub struct HeldOutputs(Vec<Box<dyn PartitionWriter>>);
+
+impl std::fmt::Debug for HeldOutputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HeldOutputs({} partitions)", self.0.len())
+    }
+}
+
 impl Task {
     /// Runs the subtask to the end of its input; one [`PartitionStats`] per output, in output
     /// order. Cancel by dropping the future: nothing outlives it (a file sink then leaves only its
     /// `.inprogress` file behind).
     pub async fn run(self) -> Result<Vec<PartitionStats>> {
+        self.run_holding_outputs().await.map_err(|f| f.error)
+    }
+
+    /// [`Task::run`], but a failure in the task's loop hands its outputs back unfinished
+    /// ([`TaskFailure::outputs`]): a TaskManager reports the failure first and drops them after,
+    /// so the JobManager hears this task's own failure before its consumers', which fail because
+    /// their input ended (Flink likewise fails a task's partitions after it reports). A failure
+    /// while finishing the outputs hands back none.
+    pub async fn run_holding_outputs(self) -> std::result::Result<Vec<PartitionStats>, TaskFailure> {
+        let fail = |error| TaskFailure {
+            error,
+            outputs: HeldOutputs(Vec::new()),
+        };
         let Task {
             vertex,
             metrics,
@@ -667,189 +697,200 @@ impl Task {
         let mut stopped = false;
         // Drained: the chain finished before the barrier.
         let mut finished = false;
-        match input {
-            None => 'read: loop {
-                while let Some(control) = task.checkpoints.try_recv() {
-                    if let Control::Stop {
-                        checkpoint: id,
-                        drain,
-                    } = control
-                    {
-                        if drain {
-                            // Flink's `stop --drain`: event time ends and the chain finishes
-                            // before the barrier, so what that fires is in the savepoint.
-                            if time.is_some() {
-                                task.head
-                                    .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
-                            }
-                            task.head.finish();
-                            task.flush(true).await?;
-                            finished = true;
-                        } else {
-                            stopped = true;
-                        }
-                        task.checkpoint(id, stopped).await?;
-                        stopped_at = Some(id);
-                        break 'read;
-                    }
-                    task.control(control, true).await?;
-                }
-                let more = task.head.produce().await?;
-                if tick_due(last_tick) {
-                    task.tick().await?;
-                    last_tick = Instant::now();
-                }
-                let flush = due(last_flush);
-                task.flush(flush).await?;
-                if flush {
-                    last_flush = Instant::now();
-                }
-                if !more {
-                    break;
-                }
-                // A generator never waits on I/O: give cancellation and other tasks a turn.
-                tokio::task::yield_now().await;
-            },
-            Some(mut gate) => loop {
-                let item = {
-                    // Waiting for input is idle time (a timer tick's flush inside it counts too).
-                    // The same `next` future is polled across timer ticks, control messages and
-                    // async results, so a gate whose `next` is not cancel-safe loses nothing. An
-                    // async operator at its capacity holds the input back: `next` is not polled
-                    // until it has room (only an operator's input makes it full).
-                    let next = metrics.waiting(Wait::Input, gate.next());
-                    tokio::pin!(next);
-                    loop {
-                        let blocked = task.head.async_blocked();
-                        // Held back by an async operator at its capacity, the task waits on
-                        // the operator's requests, not working: idle time, as Flink's mailbox
-                        // counts an AsyncWaitOperator's yield (before, it counted as busy, and a
-                        // lookup task waiting on a slow service read as saturated).
-                        let blocked_since = blocked.then(Instant::now);
-                        let waited = || {
-                            if let Some(since) = blocked_since {
-                                metrics.add_wait(Wait::Input, since.elapsed());
-                            }
-                        };
-                        let input = async {
-                            if blocked {
-                                std::future::pending().await
+        // The loop and the end of input; a failure hands back the outputs unfinished (see
+        // `run_holding_outputs`).
+        let body = async {
+            match input {
+                None => 'read: loop {
+                    while let Some(control) = task.checkpoints.try_recv() {
+                        if let Control::Stop {
+                            checkpoint: id,
+                            drain,
+                        } = control
+                        {
+                            if drain {
+                                // Flink's `stop --drain`: event time ends and the chain finishes
+                                // before the barrier, so what that fires is in the savepoint.
+                                if time.is_some() {
+                                    task.head
+                                        .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
+                                }
+                                task.head.finish();
+                                task.flush(true).await?;
+                                finished = true;
                             } else {
-                                (&mut next).await
+                                stopped = true;
                             }
-                        };
-                        let tick = async move {
-                            match flush_interval {
-                                Some(interval) => tokio::time::sleep_until(last_flush + interval).await,
-                                None => std::future::pending().await,
-                            }
-                        };
-                        let time_tick = async move {
-                            match tick_interval {
-                                Some(interval) => tokio::time::sleep_until(last_tick + interval).await,
-                                None => std::future::pending().await,
-                            }
-                        };
-                        tokio::select! {
-                            biased;
-                            () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => {
-                                waited();
-                                let flush = due(last_flush);
-                                task.flush(flush).await?;
-                                if flush {
+                            task.checkpoint(id, stopped).await?;
+                            stopped_at = Some(id);
+                            break 'read;
+                        }
+                        task.control(control, true).await?;
+                    }
+                    let more = task.head.produce().await?;
+                    if tick_due(last_tick) {
+                        task.tick().await?;
+                        last_tick = Instant::now();
+                    }
+                    let flush = due(last_flush);
+                    task.flush(flush).await?;
+                    if flush {
+                        last_flush = Instant::now();
+                    }
+                    if !more {
+                        break;
+                    }
+                    // A generator never waits on I/O: give cancellation and other tasks a turn.
+                    tokio::task::yield_now().await;
+                },
+                Some(mut gate) => loop {
+                    let item = {
+                        // Waiting for input is idle time (a timer tick's flush inside it counts too).
+                        // The same `next` future is polled across timer ticks, control messages and
+                        // async results, so a gate whose `next` is not cancel-safe loses nothing. An
+                        // async operator at its capacity holds the input back: `next` is not polled
+                        // until it has room (only an operator's input makes it full).
+                        let next = metrics.waiting(Wait::Input, gate.next());
+                        tokio::pin!(next);
+                        loop {
+                            let blocked = task.head.async_blocked();
+                            // Held back by an async operator at its capacity, the task waits on
+                            // the operator's requests, not working: idle time, as Flink's mailbox
+                            // counts an AsyncWaitOperator's yield (before, it counted as busy, and a
+                            // lookup task waiting on a slow service read as saturated).
+                            let blocked_since = blocked.then(Instant::now);
+                            let waited = || {
+                                if let Some(since) = blocked_since {
+                                    metrics.add_wait(Wait::Input, since.elapsed());
+                                }
+                            };
+                            let input = async {
+                                if blocked {
+                                    std::future::pending().await
+                                } else {
+                                    (&mut next).await
+                                }
+                            };
+                            let tick = async move {
+                                match flush_interval {
+                                    Some(interval) => tokio::time::sleep_until(last_flush + interval).await,
+                                    None => std::future::pending().await,
+                                }
+                            };
+                            let time_tick = async move {
+                                match tick_interval {
+                                    Some(interval) => tokio::time::sleep_until(last_tick + interval).await,
+                                    None => std::future::pending().await,
+                                }
+                            };
+                            tokio::select! {
+                                biased;
+                                () = std::future::poll_fn(|cx| task.head.poll_async(cx)) => {
+                                    waited();
+                                    let flush = due(last_flush);
+                                    task.flush(flush).await?;
+                                    if flush {
+                                        last_flush = Instant::now();
+                                    }
+                                }
+                                r = input => break r?,
+                                control = task.checkpoints.recv() => {
+                                    waited();
+                                    task.control(control, false).await?;
+                                }
+                                _ = tick => {
+                                    waited();
+                                    task.flush(true).await?;
                                     last_flush = Instant::now();
                                 }
-                            }
-                            r = input => break r?,
-                            control = task.checkpoints.recv() => {
-                                waited();
-                                task.control(control, false).await?;
-                            }
-                            _ = tick => {
-                                waited();
-                                task.flush(true).await?;
-                                last_flush = Instant::now();
-                            }
-                            _ = time_tick => {
-                                waited();
-                                // Stopped: no processing-time timer fires after the savepoint.
-                                if !stopped {
-                                    task.tick().await?;
+                                _ = time_tick => {
+                                    waited();
+                                    // Stopped: no processing-time timer fires after the savepoint.
+                                    if !stopped {
+                                        task.tick().await?;
+                                    }
+                                    last_tick = Instant::now();
                                 }
+                            }
+                        }
+                    };
+                    match item {
+                        None => break,
+                        Some(GateItem::Barrier(wire)) => {
+                            let (id, stop) = crate::checkpoint::barrier_of(wire);
+                            task.checkpoint(id, stop).await?;
+                            stopped |= stop;
+                        }
+                        Some(GateItem::Cancel(id)) => task.cancel(id).await?,
+                        // Upstream stopped at the same barrier: nothing follows it; were anything
+                        // to, it is the resumed job's to produce.
+                        Some(GateItem::Buffer { .. }) if stopped => {
+                            tracing::warn!(vertex, "input after a stop-with-savepoint barrier dropped");
+                        }
+                        Some(GateItem::Buffer { channel, data }) => {
+                            task.head.push_buffer(channel, &data)?;
+                            if tick_due(last_tick) {
+                                task.tick().await?;
                                 last_tick = Instant::now();
                             }
+                            let flush = due(last_flush);
+                            task.flush(flush).await?;
+                            if flush {
+                                last_flush = Instant::now();
+                            }
                         }
                     }
-                };
-                match item {
-                    None => break,
-                    Some(GateItem::Barrier(wire)) => {
-                        let (id, stop) = crate::checkpoint::barrier_of(wire);
-                        task.checkpoint(id, stop).await?;
-                        stopped |= stop;
-                    }
-                    Some(GateItem::Cancel(id)) => task.cancel(id).await?,
-                    // Upstream stopped at the same barrier: nothing follows it; were anything
-                    // to, it is the resumed job's to produce.
-                    Some(GateItem::Buffer { .. }) if stopped => {
-                        tracing::warn!(vertex, "input after a stop-with-savepoint barrier dropped");
-                    }
-                    Some(GateItem::Buffer { channel, data }) => {
-                        task.head.push_buffer(channel, &data)?;
-                        if tick_due(last_tick) {
-                            task.tick().await?;
-                            last_tick = Instant::now();
+                },
+            }
+            // A source at the end of its input ends event time: the MAX watermark goes down its chain
+            // and through every exchange, and each task downstream passes it on once all its channels
+            // delivered it (the valve). A source stopped with a savepoint does not end event time
+            // (its input ends only until the job resumes: Flink's stop without `--drain`), so no
+            // window downstream fires early on a stop.
+            if time.is_some() && is_source && stopped_at.is_none() {
+                task.head
+                    .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
+            }
+            if !stopped && !finished {
+                task.head.finish();
+                task.flush(true).await?;
+                // An async operator finishes the rest of its chain once its last request completed
+                // (waiting on requests is idle time, as above).
+                while task.head.async_busy() {
+                    tokio::select! {
+                        biased;
+                        () = metrics.waiting(Wait::Input, std::future::poll_fn(|cx| task.head.poll_async(cx))) => {
+                            task.flush(true).await?
                         }
-                        let flush = due(last_flush);
-                        task.flush(flush).await?;
-                        if flush {
-                            last_flush = Instant::now();
-                        }
+                        control = task.checkpoints.recv() => task.control(control, is_source).await?,
                     }
-                }
-            },
-        }
-        // A source at the end of its input ends event time: the MAX watermark goes down its chain
-        // and through every exchange, and each task downstream passes it on once all its channels
-        // delivered it (the valve). A source stopped with a savepoint does not end event time
-        // (its input ends only until the job resumes: Flink's stop without `--drain`), so no
-        // window downstream fires early on a stop.
-        if time.is_some() && is_source && stopped_at.is_none() {
-            task.head
-                .on_time(TimeEvent::Watermark(crate::time::MAX_WATERMARK));
-        }
-        if !stopped && !finished {
-            task.head.finish();
-            task.flush(true).await?;
-            // An async operator finishes the rest of its chain once its last request completed
-            // (waiting on requests is idle time, as above).
-            while task.head.async_busy() {
-                tokio::select! {
-                    biased;
-                    () = metrics.waiting(Wait::Input, std::future::poll_fn(|cx| task.head.poll_async(cx))) => {
-                        task.flush(true).await?
-                    }
-                    control = task.checkpoints.recv() => task.control(control, is_source).await?,
                 }
             }
-        }
-        if is_source {
-            task.final_checkpoint(stopped_at).await?;
-            // The final checkpoint's (or the stop's savepoint's) completion is acted on before
-            // the task ends: a Kafka source's offsets of it reach the group, so a later job
-            // starting from `committed` continues exactly there.
-            task.head.close().await?;
+            if is_source {
+                task.final_checkpoint(stopped_at).await?;
+                // The final checkpoint's (or the stop's savepoint's) completion is acted on before
+                // the task ends: a Kafka source's offsets of it reach the group, so a later job
+                // starting from `committed` continues exactly there.
+                task.head.close().await?;
+            }
+            Ok::<(), Error>(())
+        };
+        if let Err(error) = body.await {
+            return Err(TaskFailure {
+                error,
+                outputs: HeldOutputs(task.outputs),
+            });
         }
         let Running { outputs, sink, .. } = task;
         let mut stats = Vec::with_capacity(outputs.len());
         for w in outputs {
-            stats.push(w.finish().await?);
+            stats.push(w.finish().await.map_err(|e| fail(e.into()))?);
         }
         if let Some(s) = sink {
             if stopped {
-                s.stop().await?;
+                s.stop().await.map_err(fail)?;
             } else {
-                s.close().await?;
+                s.close().await.map_err(fail)?;
             }
         }
         tracing::debug!(vertex, "task finished");

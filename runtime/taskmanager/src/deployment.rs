@@ -33,8 +33,12 @@ struct Failure {
     input_failed: bool,
 }
 
-/// How much later a task reports a failure that followed its input's (see `Failure::input_failed`).
-const INPUT_FAILURE_REPORT_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long a failed task keeps its outputs (unfinished) while its failure report goes to the
+/// JobManager: its consumers, whose input ends when the outputs go, then fail after the
+/// JobManager heard this task's own failure, which names the job's failure (a JobManager that
+/// does not answer in time only loses that order: `input_failed` still lets the producer's
+/// failure replace a consumer's as the cause).
+const OUTPUTS_HELD_FOR_THE_REPORT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The job storage checkpoints go to; checkpointing without one is a configuration error.
 fn job_storage(conf: &BTreeMap<String, String>) -> Result<ObjectStore, Status> {
@@ -297,14 +301,19 @@ impl TaskManager {
                     .create_task(task_id.vertex, ctx)
                     .map_err(|e| (format!("cannot create task: {e}"), e.is_non_recoverable()))
             });
+            let mut held = None;
             let outcome = match created {
                 Ok(task) => {
                     this.report(&task_id, ExecutionState::Running).await;
-                    task.run().await.map_err(|e| Failure {
-                        message: e.to_string(),
-                        unavailable: e.unavailable_partition().cloned(),
-                        non_recoverable: e.is_non_recoverable(),
-                        input_failed: e.is_input_failure(),
+                    task.run_holding_outputs().await.map_err(|f| {
+                        let e = f.error;
+                        held = Some(f.outputs);
+                        Failure {
+                            message: e.to_string(),
+                            unavailable: e.unavailable_partition().cloned(),
+                            non_recoverable: e.is_non_recoverable(),
+                            input_failed: e.is_input_failure(),
+                        }
                     })
                 }
                 Err((message, non_recoverable)) => Err(Failure {
@@ -315,14 +324,6 @@ impl TaskManager {
                 }),
             };
             let _ = std::fs::remove_dir_all(&state_dir);
-            if let Err(failure) = &outcome
-                && failure.input_failed
-            {
-                // A producer this task read from stopped: that producer's own failure is the
-                // cause, and its report goes out as this one's does (it gave up its partitions
-                // first). Let it reach the JobManager first, so the job names the cause.
-                tokio::time::sleep(INPUT_FAILURE_REPORT_DELAY).await;
-            }
             let final_report = match outcome {
                 Ok(stats) => {
                     let produced = stats
@@ -357,7 +358,12 @@ impl TaskManager {
                     report
                 }
             };
-            this.finish(final_report);
+            let delivered = this.finish_heard(final_report);
+            if let Some(outputs) = held {
+                // The failure reaches the JobManager before the consumers see the outputs end.
+                let _ = tokio::time::timeout(OUTPUTS_HELD_FOR_THE_REPORT, delivered).await;
+                drop(outputs);
+            }
         };
         let on_panic = move |error: String| {
             let (this, id, metrics) = failed;

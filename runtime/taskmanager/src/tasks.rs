@@ -133,19 +133,29 @@ impl TaskManager {
     /// An execution ended: its final report goes into the table, then to the JobManager, retried
     /// until it gets through or a heartbeat carried it; only then does the entry go.
     pub(crate) fn finish(&self, report: pb::TaskExecutionStateUpdate) {
+        drop(self.finish_heard(report));
+    }
+
+    /// [`Self::finish`]; the receiver hears when the JobManager answered the report (or, its
+    /// sender dropped, that this report will not be sent).
+    pub(crate) fn finish_heard(
+        &self,
+        report: pb::TaskExecutionStateUpdate,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (delivered, heard) = tokio::sync::oneshot::channel();
         let Some(id) = report.id.clone() else {
-            return;
+            return heard;
         };
         let k = key(&id);
         {
             let mut tasks = lock(&self.inner.tasks);
             // Gone: dropped with the work of a JobManager that no longer knows this TaskManager.
             let Some(entry) = tasks.get_mut(&k) else {
-                return;
+                return heard;
             };
             // The first final state stands: a shutdown recorded its own before aborting the task.
             if entry.final_report.is_some() {
-                return;
+                return heard;
             }
             entry.final_report = Some(report.clone());
         }
@@ -165,10 +175,13 @@ impl TaskManager {
                     .await
                 {
                     Ok(_) => {
-                        let mut tasks = lock(&this.inner.tasks);
-                        if tasks.get(&k).is_some_and(|e| e.final_report.is_some()) {
-                            tasks.remove(&k);
+                        {
+                            let mut tasks = lock(&this.inner.tasks);
+                            if tasks.get(&k).is_some_and(|e| e.final_report.is_some()) {
+                                tasks.remove(&k);
+                            }
                         }
+                        let _ = delivered.send(());
                         return;
                     }
                     Err(e) => {
@@ -179,6 +192,7 @@ impl TaskManager {
                 }
             }
         });
+        heard
     }
 
     /// Admits the deployment of attempt `id` ([`SeenAttempts`]): refused when that attempt was
