@@ -2,7 +2,7 @@
 //! with errors that name the table, the subtask and what was being done.
 
 use floe_datastream::Error;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 /// What a subtask's errors name.
 #[derive(Debug, Clone)]
@@ -47,5 +47,18 @@ impl Subtask {
             .await
             .map_err(|e| self.client_error("connect", &e))?;
         Ok(client)
+    }
+
+    /// Sends `sql` over the simple-query protocol; an error says `what` was being done.
+    pub(crate) async fn query(
+        &self,
+        client: &Client,
+        sql: &str,
+        what: &str,
+    ) -> floe_datastream::Result<Vec<SimpleQueryMessage>> {
+        client
+            .simple_query(sql)
+            .await
+            .map_err(|e| self.client_error(what, &e))
     }
 }

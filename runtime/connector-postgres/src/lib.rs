@@ -399,18 +399,10 @@ impl SinkWriter for DirectWriter {
         );
         let (subtask, table) = (self.subtask.clone(), self.sink.table.clone());
         let client = self.client().await?;
-        let run = |sql: String, what: &'static str| {
-            let subtask = subtask.clone();
-            async move {
-                client
-                    .simple_query(&sql)
-                    .await
-                    .map_err(|e| subtask.client_error(what, &e))
-            }
-        };
-        let marked = transactional::first_number(&run(marker.claim(), "read the marker").await?);
+        let marked =
+            transactional::first_number(&subtask.query(client, &marker.claim(), "read the marker").await?);
         if marked >= END_OF_INPUT {
-            run("ROLLBACK".into(), "roll back").await?;
+            subtask.query(client, "ROLLBACK", "roll back").await?;
             tracing::warn!(
                 %table,
                 subtask = subtask.subtask,
@@ -418,8 +410,10 @@ impl SinkWriter for DirectWriter {
             );
             return Ok(());
         }
-        run(marker.set(END_OF_INPUT), "set the marker").await?;
-        run("COMMIT".into(), "commit").await?;
+        subtask
+            .query(client, &marker.set(END_OF_INPUT), "set the marker")
+            .await?;
+        subtask.query(client, "COMMIT", "commit").await?;
         Ok(())
     }
 }

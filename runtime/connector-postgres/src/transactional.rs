@@ -98,16 +98,10 @@ impl Committer {
             .as_ref()
             .ok_or_else(|| subtask.error("connect", "no connection"))?;
         let marker = sql::Marker::new(&sink.marker_table, &p.sink, &p.run, p.subtask);
-        let run = |sql: String, what: &'static str| async move {
-            client
-                .simple_query(&sql)
-                .await
-                .map_err(|e| subtask.client_error(what, &e))
-        };
-        run("BEGIN".into(), "begin").await?;
-        let marked = first_number(&run(marker.claim(), "read the marker").await?);
+        subtask.query(client, "BEGIN", "begin").await?;
+        let marked = first_number(&subtask.query(client, &marker.claim(), "read the marker").await?);
         if marked >= p.checkpoint {
-            run("ROLLBACK".into(), "roll back").await?;
+            subtask.query(client, "ROLLBACK", "roll back").await?;
             tracing::info!(
                 checkpoint = p.checkpoint,
                 marked,
@@ -123,17 +117,23 @@ impl Committer {
                 batch.push(frame).map_err(|e| subtask.error("row", e))?;
                 if batch.len() >= sink.batch_rows {
                     rows += batch.len() as u64;
-                    run(statement.statement(batch.rows()), "write rows").await?;
+                    subtask
+                        .query(client, &statement.statement(batch.rows()), "write rows")
+                        .await?;
                     batch.clear();
                 }
             }
         }
         if !batch.is_empty() {
             rows += batch.len() as u64;
-            run(statement.statement(batch.rows()), "write rows").await?;
+            subtask
+                .query(client, &statement.statement(batch.rows()), "write rows")
+                .await?;
         }
-        run(marker.set(p.checkpoint), "set the marker").await?;
-        run("COMMIT".into(), "commit").await?;
+        subtask
+            .query(client, &marker.set(p.checkpoint), "set the marker")
+            .await?;
+        subtask.query(client, "COMMIT", "commit").await?;
         tracing::info!(
             checkpoint = p.checkpoint,
             rows,
